@@ -1,0 +1,3 @@
+from tpuperf_cli.cli import main
+
+main()

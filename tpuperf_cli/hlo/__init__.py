@@ -1,0 +1,1 @@
+"""XLA HLO text: parsing, kernel splitting and static cost analysis."""

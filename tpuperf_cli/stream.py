@@ -1,0 +1,209 @@
+"""Record streams: msgpack maps one after another, plain or zstd-compressed.
+
+Every tool reads and writes these. Arrays travel as plain maps
+(`{"dtype": "<f4", "shape": [...], "data": <bin>}`, little-endian, C order)
+so any msgpack library in any language can read a stream. Fields a tool does
+not know are passed through untouched: tools update records, never rebuild
+them.
+"""
+
+import io
+import os
+import sys
+
+import msgpack
+
+from tpuperf_cli import SCHEMA_VERSION
+from tpuperf_cli.errors import StreamError, TpuperfError
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_CHUNK = 1 << 16
+_MAX_RECORD = 1 << 30
+
+
+# ---------------------------------------------------------------- arrays
+
+def encode_array(array):
+    """A numpy array as a plain msgpack map."""
+    import numpy as np
+
+    a = np.ascontiguousarray(array)
+    dtype = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
+    a = a.astype(dtype, copy=False)
+    return {"dtype": dtype.str, "shape": list(a.shape), "data": a.tobytes()}
+
+
+def is_array(value):
+    return isinstance(value, dict) and value.keys() >= {"dtype", "shape", "data"}
+
+
+def decode_array(value, field="array"):
+    """A plain array map back to a numpy array (read-only view of the bytes)."""
+    import numpy as np
+
+    if not is_array(value):
+        raise StreamError(f"field {field!r} is not an array map (dtype, shape, data)")
+    try:
+        a = np.frombuffer(value["data"], dtype=np.dtype(value["dtype"]))
+        return a.reshape(value["shape"])
+    except (TypeError, ValueError) as e:
+        raise StreamError(f"field {field!r}: bad array map: {e}") from None
+
+
+def _default(obj):
+    # numpy arrays and scalars are the only non-msgpack values tools write
+    import numpy as np
+
+    if isinstance(obj, np.ndarray):
+        return encode_array(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"cannot write {type(obj).__name__} to a record stream")
+
+
+# ---------------------------------------------------------------- input
+
+def _display_name(source):
+    if source is None or source == "-":
+        return "<stdin>"
+    return getattr(source, "name", None) or str(source)
+
+
+def open_input(source=None):
+    """A binary file for a path, `-`/None (stdin) or an open file; zstd is
+    detected by its magic number and decompressed on the fly."""
+    if source is None or source == "-":
+        if sys.stdin.isatty():
+            print("reading records from stdin (pipe a stream in, or name a file; --help for help)",
+                  file=sys.stderr)
+        raw = sys.stdin.buffer
+    elif isinstance(source, (str, os.PathLike)):
+        try:
+            raw = open(source, "rb")
+        except OSError as e:
+            raise TpuperfError(f"{source}: {e.strerror}") from None
+    else:
+        raw = source
+    buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw)
+    if buffered.peek(4)[:4] == ZSTD_MAGIC:
+        import zstandard
+
+        return zstandard.ZstdDecompressor().stream_reader(buffered, read_across_frames=True)
+    return buffered
+
+
+def read_records(source=None, name=None):
+    """Yield the records (dicts) of one stream.
+
+    A truncated or corrupt stream raises StreamError naming the record number
+    (1-based) after every good record before it has been yielded.
+    """
+    name = name or _display_name(source)
+    f = open_input(source)
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=_MAX_RECORD)
+    fed = 0
+    number = 0
+    try:
+        while True:
+            try:
+                chunk = f.read(_CHUNK)
+            except Exception as e:  # zstd frame errors and the like
+                raise StreamError(f"{name}: record {number + 1}: cannot read stream: {e}") from None
+            if not chunk:
+                break
+            fed += len(chunk)
+            unpacker.feed(chunk)
+            while True:
+                try:
+                    record = unpacker.unpack()
+                except msgpack.OutOfData:
+                    break
+                except Exception as e:
+                    raise StreamError(f"{name}: record {number + 1}: corrupt msgpack data ({e})") from None
+                number += 1
+                if not isinstance(record, dict):
+                    raise StreamError(
+                        f"{name}: record {number}: expected a msgpack map, got {type(record).__name__}")
+                yield record
+        if unpacker.tell() != fed:
+            raise StreamError(f"{name}: record {number + 1}: stream is truncated "
+                              f"({fed - unpacker.tell()} bytes of an incomplete record at the end)")
+    finally:
+        if f is not sys.stdin.buffer and isinstance(source, (str, os.PathLike)):
+            f.close()
+
+
+def read_many(sources):
+    """Records of several streams in order; no sources means stdin."""
+    for source in sources or ["-"]:
+        yield from read_records(source)
+
+
+# ---------------------------------------------------------------- output
+
+class RecordWriter:
+    """Writes records to stdout, a path (zstd if it ends in .zst) or a file.
+
+    Each record is packed whole before it is written, so an interrupted
+    writer leaves a stream that is valid up to the last whole record.
+    """
+
+    def __init__(self, target=None, compress=None):
+        self._own = False
+        if target is None or target == "-":
+            raw = sys.stdout.buffer
+        elif isinstance(target, (str, os.PathLike)):
+            raw = open(target, "wb")
+            self._own = True
+            if compress is None:
+                compress = str(target).endswith(".zst")
+        else:
+            raw = target
+        self._raw = raw
+        self._zstd = None
+        if compress:
+            import zstandard
+
+            self._zstd = zstandard.ZstdCompressor(level=10).stream_writer(raw, closefd=False)
+        self._out = self._zstd or raw
+        self._packer = msgpack.Packer(use_bin_type=True, default=_default)
+        self.count = 0
+
+    def write(self, record):
+        self._out.write(self._packer.pack(record))
+        self.count += 1
+
+    def flush(self):
+        if self._zstd is not None:
+            import zstandard
+
+            self._zstd.flush(zstandard.FLUSH_FRAME)
+        self._raw.flush()
+
+    def close(self):
+        if self._zstd is not None:
+            self._zstd.close()
+            self._zstd = None
+        self._raw.flush()
+        if self._own:
+            self._raw.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def new_record(type_, **fields):
+    """A record of the given type at the current schema version."""
+    return {"v": SCHEMA_VERSION, "type": type_, **fields}
+
+
+def require(record, fields, number=None, name=None):
+    """Raise a clear error if a record lacks any of the given fields."""
+    missing = [f for f in fields if f not in record]
+    if missing:
+        where = f"{name or 'input'}: record {number}" if number is not None else "record"
+        raise StreamError(f"{where}: missing field(s) {', '.join(missing)} "
+                          f"(type {record.get('type', '?')!r})")
