@@ -1,0 +1,62 @@
+"""Behaviour every tool shares: help text, man pages, README and CI agree."""
+
+import pathlib
+import re
+import subprocess
+import sys
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from tpuperf_cli.cli import COMMANDS, _available, load_command, tpuperf
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+AVAILABLE = [n for n in COMMANDS if _available(n)]
+
+
+@pytest.mark.parametrize("name", AVAILABLE)
+def test_every_command_has_help(name):
+    command = load_command(name)
+    assert command.help and len(command.help.strip()) > 40, f"{name} needs real help text"
+    result = CliRunner().invoke(tpuperf, [name, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+    commands = [command]
+    if isinstance(command, click.Group):
+        commands += [command.get_command(None, n) for n in command.list_commands(None)]
+    for c in commands:
+        for param in c.params:
+            if isinstance(param, click.Option) and not param.hidden:
+                assert param.help, f"{name}: option {param.opts} has no help"
+
+
+def test_man_pages_are_current():
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_man.py"), "--check"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("name", AVAILABLE)
+def test_every_command_has_a_man_page(name):
+    page = name if name in {"hlo-split", "featurize", "measure", "predict", "score"} \
+        else f"tpuperf-{name}"
+    text = (ROOT / "man" / f"{page}.1").read_text()
+    assert ".SH DESCRIPTION" in text and ".SH OPTIONS" in text
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```(?:sh|bash|console)?\n(.*?)```", readme, re.S)
+    commands = [l.strip() for b in blocks[:2] for l in b.strip().splitlines()]
+    assert len(commands) == 2, "README must open with exactly two commands"
+    test_command = commands[1]
+    assert "pytest" in test_command
+    assert test_command in (ROOT / ".ci" / "run").read_text()
+
+
+def test_unknown_command_is_a_usage_error():
+    result = subprocess.run([sys.executable, "-m", "tpuperf_cli", "no-such-tool"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
