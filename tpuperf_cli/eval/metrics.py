@@ -1,0 +1,225 @@
+"""Accuracy metrics of a performance model (pure numpy, cheap to import).
+
+Fusion task (Kaufman et al. 2021, Table 2): per program, the mean absolute
+percentage error (MAPE) of predicted kernel runtimes and Kendall's tau
+between predicted and measured runtimes, usually on kernels that run at
+least 5 us.
+
+Tile task: per kernel (a group of records that differ only in their tile
+configuration), the model ranks the configurations.
+
+* Tile-Size APE (the paper's eq. 2): with C_k the configurations of kernel
+  k, t the measured runtime, t* = min_{c in C_k} t(k, c) the best runtime and
+  c'_k = argmin_{c in C_k} pred(k, c) the model's choice,
+
+      Tile-Size APE = 100 * sum_k |t(k, c'_k) - t*_k| / sum_k t*_k
+
+* mean per-kernel Kendall's tau between predicted and measured runtimes.
+* top-K slowdown (TpuGraphs, tpu_graphs/baselines/tiles/metrics.py
+  `top_error_performance`): per kernel, the best measured runtime among the
+  model's K fastest-predicted configurations over the true best, minus one;
+  averaged over kernels and given in percent (0 = the model's top K always
+  holds the best configuration).
+
+Where the model predicts ties, the choice is pessimistic: among configs tied
+on the prediction the slowest one counts as picked, so a model that predicts a
+constant cannot look good by the luck of record order.
+
+Every function takes plain sequences or numpy arrays; empty input or an
+undefined statistic gives NaN (never an exception), so a report can show "-".
+"""
+
+import math
+
+import numpy as np
+
+__all__ = [
+    "mape", "ape", "kendall_tau", "fusion_metrics",
+    "tile_size_ape", "top_k_slowdown", "mean_kernel_tau", "tile_metrics",
+    "group_indices", "summarize", "nanmedian", "nanmean",
+]
+
+# Pairs compared per block in kendall_tau (memory ~ 8 bytes x this).
+_TAU_BLOCK = 1 << 22
+
+
+def _arrays(pred, true):
+    p = np.asarray(pred, dtype=np.float64).ravel()
+    t = np.asarray(true, dtype=np.float64).ravel()
+    if p.shape != t.shape:
+        raise ValueError(f"pred and true differ in length ({p.size} vs {t.size})")
+    return p, t
+
+
+# ---------------------------------------------------------------- fusion task
+
+def ape(pred, true):
+    """Absolute percentage errors 100 * |pred - true| / true, elementwise.
+
+    true must be positive; a zero or negative runtime raises ValueError.
+    """
+    p, t = _arrays(pred, true)
+    if np.any(~(t > 0)):
+        raise ValueError("measured runtimes must be positive to compute a percentage error")
+    return 100.0 * np.abs(p - t) / t
+
+
+def mape(pred, true):
+    """Mean absolute percentage error in percent; NaN for no data."""
+    e = ape(pred, true)
+    return float(e.mean()) if e.size else math.nan
+
+
+def _tie_pairs(a):
+    """Number of pairs i < j with a[i] == a[j]."""
+    if a.size < 2:
+        return 0
+    _, counts = np.unique(a, return_counts=True)
+    return int((counts * (counts - 1) // 2).sum())
+
+
+def kendall_tau(x, y):
+    """Kendall's tau-b between two sequences (ties handled).
+
+        tau_b = (n_c - n_d) / sqrt((n_0 - n_1) (n_0 - n_2))
+
+    n_0 = n (n - 1) / 2 pairs, n_c / n_d concordant / discordant pairs, n_1 /
+    n_2 pairs tied in x / in y. NaN with fewer than two points or when either
+    sequence is constant. Exact, computed blockwise in O(n^2) numpy work
+    (a 20 000-point program takes a few seconds).
+    """
+    a, b = _arrays(x, y)
+    n = a.size
+    if n < 2:
+        return math.nan
+    n0 = n * (n - 1) // 2
+    n1 = _tie_pairs(a)
+    n2 = _tie_pairs(b)
+    denom = math.sqrt(float(n0 - n1) * float(n0 - n2))
+    if denom == 0:
+        return math.nan
+    # S = sum_{i<j} sign(a_i - a_j) sign(b_i - b_j), by blocks of rows i
+    s = 0
+    rows = max(1, _TAU_BLOCK // n)
+    for start in range(0, n - 1, rows):
+        stop = min(n - 1, start + rows)
+        ai = a[start:stop, None]
+        bi = b[start:stop, None]
+        da = np.sign(ai - a[None, :])
+        db = np.sign(bi - b[None, :])
+        prod = da * db  # block x n, keep only j > i
+        j = np.arange(n)[None, :]
+        i = np.arange(start, stop)[:, None]
+        s += int(prod[j > i].sum())
+    return float(s / denom)
+
+
+def fusion_metrics(pred, true, threshold_ns=0.0):
+    """MAPE (percent) and Kendall's tau-b on kernels with true >= threshold_ns.
+
+    Returns {"n": kernels used, "mape": ..., "tau": ...}.
+    """
+    p, t = _arrays(pred, true)
+    keep = t >= threshold_ns
+    p, t = p[keep], t[keep]
+    return {"n": int(p.size), "mape": mape(p, t), "tau": kendall_tau(p, t)}
+
+
+# ---------------------------------------------------------------- tile task
+
+def _ranked(pred, true):
+    """Indices ordering configs by prediction, ties broken pessimistically
+    (slowest measured first among equal predictions)."""
+    return np.lexsort((-true, pred))
+
+
+def _groups(groups):
+    for pred, true in groups:
+        p, t = _arrays(pred, true)
+        if p.size == 0:
+            continue
+        if np.any(~(t > 0)):
+            raise ValueError("measured runtimes must be positive")
+        yield p, t
+
+
+def tile_size_ape(groups):
+    """Tile-Size APE in percent over kernels; groups: iterable of (pred, true)
+    per kernel, one entry per tile configuration.
+
+    100 * sum_k |t(k, argmin pred) - min t(k)| / sum_k min t(k). NaN for none.
+    """
+    err = 0.0
+    best = 0.0
+    for p, t in _groups(groups):
+        chosen = t[_ranked(p, t)[0]]
+        tbest = t.min()
+        err += abs(chosen - tbest)
+        best += tbest
+    return 100.0 * err / best if best > 0 else math.nan
+
+
+def top_k_slowdown(groups, k):
+    """Mean over kernels of (best measured runtime among the model's top-k
+    configs / best measured runtime - 1), in percent. Kernels with fewer than
+    k configs use all of them (slowdown 0). NaN for no kernels."""
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    out = []
+    for p, t in _groups(groups):
+        top = _ranked(p, t)[:k]
+        out.append(t[top].min() / t.min() - 1.0)
+    return 100.0 * float(np.mean(out)) if out else math.nan
+
+
+def mean_kernel_tau(groups):
+    """Mean of per-kernel Kendall's tau-b over kernels where it is defined
+    (two or more configs, neither side constant). NaN for none."""
+    taus = [kendall_tau(p, t) for p, t in _groups(groups)]
+    taus = [x for x in taus if not math.isnan(x)]
+    return float(np.mean(taus)) if taus else math.nan
+
+
+def tile_metrics(groups, ks=(1, 5, 10)):
+    """All tile-task metrics for a list of (pred, true) groups:
+    {"kernels", "configs", "tile_ape", "tau", "top1", "top5", "top10"}."""
+    groups = [(p, t) for p, t in _groups(groups)]
+    out = {
+        "kernels": len(groups),
+        "configs": int(sum(p.size for p, _ in groups)),
+        "tile_ape": tile_size_ape(groups),
+        "tau": mean_kernel_tau(groups),
+    }
+    for k in ks:
+        out[f"top{k}"] = top_k_slowdown(groups, k)
+    return out
+
+
+# ---------------------------------------------------------------- aggregation
+
+def group_indices(keys):
+    """{key: array of positions} in first-seen key order."""
+    out = {}
+    for i, key in enumerate(keys):
+        out.setdefault(key, []).append(i)
+    return {k: np.asarray(v, dtype=np.int64) for k, v in out.items()}
+
+
+def nanmedian(values):
+    v = np.asarray([x for x in values if x is not None], dtype=np.float64)
+    v = v[~np.isnan(v)]
+    return float(np.median(v)) if v.size else math.nan
+
+
+def nanmean(values):
+    v = np.asarray([x for x in values if x is not None], dtype=np.float64)
+    v = v[~np.isnan(v)]
+    return float(v.mean()) if v.size else math.nan
+
+
+def summarize(rows, fields):
+    """Median and mean rows over per-program rows (dicts), ignoring NaN:
+    returns ({field: median}, {field: mean})."""
+    med = {f: nanmedian([r.get(f) for r in rows]) for f in fields}
+    avg = {f: nanmean([r.get(f) for r in rows]) for f in fields}
+    return med, avg
