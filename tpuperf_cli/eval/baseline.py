@@ -1,0 +1,279 @@
+"""The analytical baseline: a roofline scaled by one coefficient per kernel kind.
+
+For a kernel with static cost features (featurize's kernel_feat)
+
+    compute = flops + transcendentals              (operations)
+    memory  = bytes_read + bytes_written           (bytes)
+    roof    = max(compute / P, memory / B)         (seconds)
+    t       = c[kind] * roof                       (seconds; x 1e9 for ns)
+
+P is the peak rate (operations/s) and B the memory bandwidth (bytes/s) of
+the target, kind is the kernel's kind ("fusion:kLoop", "fusion:kInput",
+..., or an opcode family such as "dot", "convolution", "elementwise"), and
+c[kind] >= 0 says how far from the roofline that kind of kernel runs.
+
+Fitting (`fit`) minimises the squared error of log(t) over the measured
+kernels, the loss the learned model uses for the fusion task:
+
+* With per-kind coefficients, the overall scale of P and B is absorbed by the
+  coefficients; only the ridge point R = P / B (operations per byte, where a
+  kernel turns from memory- to compute-bound) shapes the prediction. R is
+  found by a search over a log grid (0.01 to 10 000 op/byte, refined).
+* For a given R, the best log c[kind] is the mean of log(t / roof) over the
+  kind's kernels (closed form).
+* P and B are then reported for a single coefficient of 1, i.e. as the
+  effective roofline of all measured kernels together (B = geometric mean
+  of memory-equivalent bytes / runtime), so c[kind] reads as "this kind runs
+  c times slower than the average kernel's roofline".
+
+Alternatively P and B can be given (per-target constants from a data sheet,
+e.g. a TPU v3 core: 61.5e12 bf16 flop/s and 450e9 bytes/s HBM), and then only
+the coefficients are fitted. Kinds seen fewer than `min_kernels` times share
+the coefficient "other" (fitted on all kernels), which is also used for
+kinds never seen in training.
+"""
+
+import json
+import math
+
+import numpy as np
+
+from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.stream import decode_array, is_array
+
+FORMAT = "tpuperf-baseline"
+VERSION = 1
+FORMULA = ("t_ns = 1e9 * c[kind] * max((flops + transcendentals) / peak_flops, "
+           "(bytes_read + bytes_written) / bandwidth)")
+
+# kernel_feat layout written by featurize (tpuperf_cli.features.KERNEL_FEATURES)
+DEFAULT_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "output_bytes")
+
+# Opcodes that do one cheap operation per element: one kind for all of them.
+_ELEMENTWISE = frozenset("""
+abs add and atan2 cbrt ceil clamp clz compare complex convert cosine divide
+erf exponential exponential-minus-one floor imag is-finite log log-plus-one
+logistic maximum minimum multiply negate not or popcnt power real
+reduce-precision remainder round-nearest-afz round-nearest-even rsqrt select
+shift-left shift-right-arithmetic shift-right-logical sign sine sqrt subtract
+tan tanh xor
+""".split())
+_DATA_MOVEMENT = frozenset("""
+broadcast concatenate copy dynamic-slice dynamic-update-slice gather iota pad
+reshape reverse scatter slice transpose bitcast bitcast-convert copy-start
+copy-done
+""".split())
+_COLLECTIVE_PREFIXES = ("all-", "collective-", "reduce-scatter")
+
+
+def kernel_kind(record):
+    """The kind of a kernel record: "fusion:<fusion_kind>" for fusions, else
+    an opcode family (dot, convolution, reduce, elementwise, data-movement,
+    collective, custom-call, or the opcode itself)."""
+    opcode = str(record.get("opcode") or "unknown")
+    if opcode == "fusion":
+        return f"fusion:{record.get('fusion_kind') or 'unknown'}"
+    if opcode in _ELEMENTWISE:
+        return "elementwise"
+    if opcode in _DATA_MOVEMENT:
+        return "data-movement"
+    if opcode.startswith(_COLLECTIVE_PREFIXES):
+        return "collective"
+    return opcode
+
+
+def _feature_names():
+    try:
+        from tpuperf_cli.features import KERNEL_FEATURES
+    except ImportError:
+        return DEFAULT_FEATURES
+    return tuple(KERNEL_FEATURES)
+
+
+def cost_features(record, where="record"):
+    """(compute ops, memory bytes) of a graph record from its kernel_feat."""
+    feat = record.get("kernel_feat")
+    if feat is None:
+        raise TpuperfError(f"{where}: no kernel_feat field (run featurize first)")
+    a = decode_array(feat, "kernel_feat") if is_array(feat) else np.asarray(feat)
+    a = np.asarray(a, dtype=np.float64).ravel()
+    names = _feature_names()
+    if a.size < len(names):
+        raise TpuperfError(f"{where}: kernel_feat has {a.size} values, expected "
+                           f"{len(names)} ({', '.join(names)})")
+    v = dict(zip(names, a))
+    compute = v.get("flops", 0.0) + v.get("transcendentals", 0.0)
+    memory = v.get("bytes_read", 0.0) + v.get("bytes_written", 0.0)
+    return float(compute), float(memory)
+
+
+def _roof_bytes(compute, memory, ridge):
+    """max(compute / R, memory): the roofline in byte-equivalents (>= 1)."""
+    return np.maximum(np.maximum(compute / ridge, memory), 1.0)
+
+
+class Baseline:
+    """A fitted roofline: peak_flops (op/s), bandwidth (B/s), coef per kind."""
+
+    def __init__(self, peak_flops, bandwidth, coef, info=None):
+        self.peak_flops = float(peak_flops)
+        self.bandwidth = float(bandwidth)
+        self.coef = {str(k): float(v) for k, v in coef.items()}
+        self.info = dict(info or {})
+
+    # ------------------------------------------------------------ predict
+    def coefficient(self, kind):
+        return self.coef.get(kind, self.coef.get("other", 1.0))
+
+    def predict_ns(self, compute, memory, kind):
+        roof = max(compute / self.peak_flops, memory / self.bandwidth, 1.0 / self.bandwidth)
+        return 1e9 * self.coefficient(kind) * roof
+
+    def predict_record(self, record, where="record"):
+        compute, memory = cost_features(record, where)
+        return self.predict_ns(compute, memory, kernel_kind(record))
+
+    # ------------------------------------------------------------ files
+    def to_json(self):
+        return {
+            "format": FORMAT, "v": VERSION, "formula": FORMULA,
+            "peak_flops": self.peak_flops, "bandwidth": self.bandwidth,
+            "ridge_flops_per_byte": self.peak_flops / self.bandwidth,
+            "coef": dict(sorted(self.coef.items())),
+            **self.info,
+        }
+
+    def save(self, path):
+        with open(path, "w") as f:
+            json.dump(self.to_json(), f, indent=2, sort_keys=False)
+            f.write("\n")
+
+    @classmethod
+    def load(cls, path):
+        try:
+            with open(path) as f:
+                d = json.load(f)
+        except OSError as e:
+            raise TpuperfError(f"{path}: {e.strerror}") from None
+        except json.JSONDecodeError as e:
+            raise TpuperfError(f"{path}: not a baseline file (bad JSON: {e})") from None
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise TpuperfError(f"{path}: not a baseline file (write one with `tpuperf baseline fit`)")
+        try:
+            info = {k: v for k, v in d.items()
+                    if k not in ("format", "v", "formula", "peak_flops", "bandwidth",
+                                 "ridge_flops_per_byte", "coef")}
+            return cls(d["peak_flops"], d["bandwidth"], d["coef"], info)
+        except (KeyError, TypeError, ValueError) as e:
+            raise TpuperfError(f"{path}: bad baseline file ({e})") from None
+
+
+def fit(compute, memory, kinds, runtime_ns, peak_flops=None, bandwidth=None, min_kernels=3):
+    """Fit a Baseline on measured kernels (arrays of equal length).
+
+    peak_flops and bandwidth: both given (per-target constants) or both None
+    (fitted). Returns the Baseline; its info holds the fit's statistics.
+    """
+    compute = np.asarray(compute, dtype=np.float64)
+    memory = np.asarray(memory, dtype=np.float64)
+    t = np.asarray(runtime_ns, dtype=np.float64) * 1e-9
+    kinds = np.asarray([str(k) for k in kinds], dtype=object)
+    if not (compute.size == memory.size == t.size == kinds.size):
+        raise ValueError("fit: arrays differ in length")
+    if (peak_flops is None) != (bandwidth is None):
+        raise TpuperfError("give both peak flops and bandwidth, or neither (to fit them)")
+    ok = t > 0
+    compute, memory, t, kinds = compute[ok], memory[ok], t[ok], kinds[ok]
+    if t.size == 0:
+        raise TpuperfError("no measured kernels to fit the baseline on "
+                           "(records need runtime_ns > 0 and kernel_feat)")
+    log_t = np.log(t)
+
+    # kinds with too few kernels share "other"
+    names, counts = np.unique(kinds, return_counts=True)
+    frequent = {n for n, c in zip(names, counts) if c >= min_kernels and n != "other"}
+    group = np.asarray([k if k in frequent else "other" for k in kinds], dtype=object)
+    labels = sorted(set(group))
+    index = {k: i for i, k in enumerate(labels)}
+    gi = np.asarray([index[k] for k in group])
+    size = np.bincount(gi, minlength=len(labels)).astype(np.float64)
+
+    def fit_logc(resid):
+        return np.bincount(gi, weights=resid, minlength=len(labels)) / np.maximum(size, 1)
+
+    def loss_for(ridge):
+        lr = log_t - np.log(_roof_bytes(compute, memory, ridge))
+        logc = fit_logc(lr)
+        return float(np.mean((lr - logc[gi]) ** 2)), lr
+
+    if peak_flops is None:
+        grid = np.logspace(-2, 4, 61)
+        losses = [loss_for(r)[0] for r in grid]
+        best = int(np.argmin(losses))
+        lo = grid[max(best - 1, 0)]
+        hi = grid[min(best + 1, grid.size - 1)]
+        fine = np.geomspace(lo, hi, 41)
+        fl = [loss_for(r)[0] for r in fine]
+        ridge = float(fine[int(np.argmin(fl))])
+        loss, lr = loss_for(ridge)
+        # roof_seconds = roof_bytes / B; one overall coefficient of 1
+        bandwidth = float(math.exp(-np.mean(lr)))
+        peak_flops = ridge * bandwidth
+        fitted = True
+    else:
+        peak_flops, bandwidth = float(peak_flops), float(bandwidth)
+        if peak_flops <= 0 or bandwidth <= 0:
+            raise TpuperfError("peak flops and bandwidth must be positive")
+        ridge = peak_flops / bandwidth
+        loss, lr = loss_for(ridge)
+        fitted = False
+
+    # coefficients relative to the roofline in seconds: t = c * roof_bytes / B
+    resid = log_t - np.log(_roof_bytes(compute, memory, ridge) / bandwidth)
+    logc = fit_logc(resid)
+    coef = {k: float(math.exp(logc[index[k]])) for k in labels}
+    if "other" not in coef:
+        coef["other"] = float(math.exp(np.mean(resid)))
+    pred = np.exp(logc[gi]) * _roof_bytes(compute, memory, ridge) / bandwidth
+    compute_bound = compute / ridge > memory
+    info = {
+        "fitted_peaks": fitted,
+        "kernels": int(t.size),
+        "kernels_per_kind": {k: int(size[index[k]]) for k in labels},
+        "compute_bound_fraction": float(compute_bound.mean()),
+        "log_rmse": float(math.sqrt(loss)),
+        "train_mape": float(100 * np.mean(np.abs(pred - t) / t)),
+    }
+    return Baseline(peak_flops, bandwidth, coef, info)
+
+
+def fit_records(records, peak_flops=None, bandwidth=None, min_kernels=3, stats=None):
+    """Fit on an iterable of measured graph records. Records without
+    runtime_ns (failed measurements) are skipped and counted in stats."""
+    compute, memory, kinds, runtime = [], [], [], []
+    stats = stats if stats is not None else {}
+    stats.setdefault("skipped", 0)
+    seen = set()
+    for number, record in enumerate(records, 1):
+        rt = record.get("runtime_ns")
+        if rt is None or not rt > 0:
+            stats["skipped"] += 1
+            continue
+        c, m = cost_features(record, f"record {number}")
+        compute.append(c)
+        memory.append(m)
+        kinds.append(kernel_kind(record))
+        runtime.append(float(rt))
+        seen.add(record.get("program"))
+        target = record.get("target")
+        if isinstance(target, dict):
+            key = (target.get("platform"), target.get("device_kind"))
+            stats.setdefault("targets", {}).setdefault(key, target)
+    b = fit(compute, memory, kinds, runtime, peak_flops, bandwidth, min_kernels)
+    b.info["programs"] = len(seen)
+    targets = list(stats.get("targets", {}).values())
+    if len(targets) == 1:
+        b.info["target"] = targets[0]
+    elif targets:
+        b.info["targets"] = targets
+    return b
