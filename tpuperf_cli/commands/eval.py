@@ -1,0 +1,184 @@
+"""`tpuperf eval`: paper-style accuracy tables for one or more models."""
+
+import os
+import sys
+
+import click
+
+from tpuperf_cli.errors import TpuperfError
+
+
+def _split_model(spec):
+    """"LABEL=PATH" or "PATH" -> (label, path); the label defaults to the
+    file name without extension."""
+    if "=" in spec and not os.path.exists(spec):
+        label, path = spec.split("=", 1)
+        if label and path:
+            return label, path
+    base = os.path.basename(spec)
+    return (base.split(".")[0] or base), spec
+
+
+def _unique(labels):
+    seen = {}
+    out = []
+    for lab in labels:
+        seen[lab] = seen.get(lab, 0) + 1
+        out.append(lab if seen[lab] == 1 else f"{lab}#{seen[lab]}")
+    return out
+
+
+@click.command("eval", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--data", "data", multiple=True, type=click.Path(dir_okay=False),
+              help="Measured graph shard (plain or .zst); repeat, or list several after one --data.")
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--model", "-m", "models", multiple=True, metavar="[LABEL=]PATH",
+              help="Model file from `tpuperf train`; repeat for a side-by-side table. "
+                   "The column label is LABEL, else the file name.")
+@click.option("--predicted", is_flag=True,
+              help="Also evaluate the pred_ns the records already carry (from `predict`).")
+@click.option("--baseline", "-b", "baseline_path", type=click.Path(dir_okay=False),
+              help="Roofline baseline JSON from `tpuperf baseline fit` (a 'baseline' column).")
+@click.option("--no-baseline", is_flag=True,
+              help="Leave out the baseline even where records carry baseline_ns.")
+@click.option("--task", type=click.Choice(["auto", "fusion", "tile"]), default="auto",
+              show_default=True, help="Which table; auto: tile when records carry a config "
+                                      "and several share a (program, kernel).")
+@click.option("--min-us", "min_us", type=click.FloatRange(0), default=5.0, show_default=True,
+              help="Fusion task: threshold of the first table, in microseconds of measured runtime.")
+@click.option("--format", "-f", "fmt", type=click.Choice(["table", "markdown", "json"]),
+              default="table", show_default=True, help="Output format.")
+@click.option("--summary", "-s", is_flag=True,
+              help="Print only the median/mean row of each predictor, one row per predictor.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Also write a figure (PNG): predicted vs measured and per-program error.")
+@click.option("--batch-size", type=click.IntRange(1), default=256, show_default=True,
+              help="Kernels per batch when running a model.")
+def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us, fmt,
+        summary, plot_path, batch_size):
+    """Accuracy of performance models on measured kernels, as in the paper.
+
+    Reads measured graph records (featurize + measure: kernel_feat,
+    node features and runtime_ns) from the files given (plain or zstd;
+    stdin when none), runs every --model on them, and prints one table row
+    per program (the record's program field), then the median and mean over
+    programs. Records without runtime_ns (failed measurements) are skipped.
+
+    Fusion task (each kernel once; the paper's Table 2): for every
+    predictor, MAPE (mean of 100 |pred - measured| / measured) and Kendall's
+    tau-b between predicted and measured runtimes of the program's kernels,
+    in two tables: kernels measured at >= --min-us (5 us, as in the paper),
+    and all kernels.
+
+    Tile task (records with a config, several per (program, kernel)):
+    Tile-Size APE (the paper's eq. 2: 100 * sum over kernels of
+    |t(config the predictor ranks first) - t(best config)| / sum of best
+    runtimes), mean per-kernel Kendall's tau-b, and the TpuGraphs top-K
+    slowdown for K = 1, 5, 10 (per kernel, best measured runtime among the
+    predictor's K first-ranked configs over the best runtime, minus one;
+    mean over kernels, in percent). Ties in a prediction count against the
+    predictor (the slowest of the tied configs is taken). A row "all
+    kernels" pools the kernels of all programs.
+
+    Predictors, as columns side by side: each --model (run here through the
+    model library, on CPU), the pred_ns already in the records with
+    --predicted (labelled by the records' model field), the roofline
+    baseline (`tpuperf baseline --help`) from --baseline, or from the
+    records' baseline_ns when they carry it (`tpuperf baseline apply`),
+    and for tile data XLA's own choice ("xla-default", the config marked
+    is_default; Tile-Size APE and top-1 only).
+
+    --summary prints one row per predictor instead (median and mean over
+    programs; for tile data the mean and the pooled values), the compact
+    form for ablations.
+
+    --plot FILE.png writes a log-log scatter of predicted vs measured
+    runtime per predictor (one colour per program, the identity line) and
+    per-program error bars.
+
+    \b
+    Examples:
+      tpuperf baseline fit --data train/*.zst --out baseline.json
+      tpuperf eval --model model.pt --baseline baseline.json --data test/*.zst
+      tpuperf eval -m sage=sage.pt -m gat=gat.pt -b baseline.json -f markdown test/*.zst
+      featurize < k.msgpack | predict -m model.pt | tpuperf eval --predicted --format json
+      tpuperf eval -m model.pt --data test/*.zst --plot eval.png
+      tpuperf eval -s -m a.pt -m b.pt -m c.pt -b baseline.json test/*.zst
+
+    Exit status: 0 on success, 1 on bad input (missing file, corrupt
+    stream, records without the fields a predictor needs, no measured
+    records), 2 on a bad option.
+    """
+    import numpy as np
+
+    from tpuperf_cli.eval import report
+    from tpuperf_cli.stream import read_many
+
+    if not models and not predicted and not baseline_path:
+        raise click.UsageError("nothing to evaluate: give --model, --predicted or --baseline")
+    d = report.EvalData(read_many(list(data) + list(files)))
+    if len(d) == 0:
+        raise TpuperfError("no measured records (records need runtime_ns; "
+                           f"{d.skipped} records without it were skipped)")
+    if d.skipped:
+        click.echo(f"eval: skipped {d.skipped} records without runtime_ns", err=True)
+    chosen_task = d.task() if task == "auto" else task
+
+    predictions = {}
+    specs = [_split_model(s) for s in models]
+    labels = _unique([lab for lab, _ in specs])
+    for label, (_, path) in zip(labels, specs):
+        predictions[label] = _run_model(path, d.records, batch_size)
+    if predicted:
+        missing = [i + 1 for i, r in enumerate(d.records) if "pred_ns" not in r]
+        if missing:
+            raise TpuperfError(f"--predicted: {len(missing)} measured records lack pred_ns "
+                               f"(first: measured record {missing[0]}); run `predict` first")
+        names = sorted({str(r.get("model", "predicted")) for r in d.records})
+        label = names[0] if len(names) == 1 else "predicted"
+        label = _unique(list(predictions) + [label])[-1]
+        predictions[label] = np.asarray([float(r["pred_ns"]) for r in d.records])
+    if not no_baseline:
+        base = _baseline(baseline_path, d.records)
+        if base is not None:
+            predictions[_unique(list(predictions) + ["baseline"])[-1]] = base
+    choice_only = []
+    if chosen_task == "tile" and d.is_default.any():
+        predictions["xla-default"] = report.default_choice(d)
+        choice_only.append("xla-default")
+
+    try:
+        result = report.evaluate(d, predictions, chosen_task, min_us * 1000.0, choice_only)
+    except ValueError as e:
+        raise TpuperfError(str(e)) from None
+    sys.stdout.write(report.render(result, fmt, summary))
+    if plot_path:
+        from tpuperf_cli.eval import plot
+
+        try:
+            plot.plot(plot_path, d, predictions, result)
+        except OSError as e:
+            raise TpuperfError(f"{plot_path}: {e.strerror or e}") from None
+        click.echo(f"eval: wrote {plot_path}", err=True)
+
+
+def _baseline(path, records):
+    """Baseline predictions: from a file, else from records' baseline_ns."""
+    import numpy as np
+
+    if path:
+        from tpuperf_cli.eval.baseline import Baseline
+
+        b = Baseline.load(path)
+        return np.asarray([b.predict_record(r, f"measured record {i + 1}")
+                           for i, r in enumerate(records)])
+    if records and all("baseline_ns" in r for r in records):
+        return np.asarray([float(r["baseline_ns"]) for r in records])
+    return None
+
+
+def _run_model(path, records, batch_size):
+    """Predicted ns for each record from a model file, via the model library."""
+    from tpuperf_cli.eval.predictors import model_predictions
+
+    return model_predictions(path, records, batch_size)

@@ -1,0 +1,279 @@
+"""Paper-style evaluation tables: compute them from records, render them.
+
+`evaluate()` takes measured records and predictions from one or more
+predictors (learned models, the roofline baseline, XLA's default tile choice)
+and returns a plain dict (the JSON output of `tpuperf eval`); `render()`
+turns that dict into an aligned text table or markdown.
+
+Fusion task (each record a kernel; Table 2 of Kaufman et al.): one row per
+program with, per predictor, MAPE and Kendall's tau-b of kernel runtimes,
+once on kernels whose measured runtime is at least the threshold (5 us by
+default) and once on all kernels; then median and mean rows over programs.
+
+Tile task (several records per (program, kernel), differing in config): one
+row per program with, per predictor, Tile-Size APE, mean per-kernel tau and
+top-1/5/10 slowdown; then median and mean rows over programs and a pooled
+row over all kernels together.
+"""
+
+import json
+import math
+
+import numpy as np
+
+from tpuperf_cli.eval import metrics as m
+
+FUSION_FIELDS = ("mape", "tau")
+TILE_FIELDS = ("tile_ape", "tau", "top1", "top5", "top10")
+# predictors that only pick one config per kernel (no ranking): only these
+CHOICE_FIELDS = ("tile_ape", "top1")
+
+FIELD_TITLES = {
+    "mape": "MAPE%", "tau": "tau", "tile_ape": "TileAPE%",
+    "top1": "top1%", "top5": "top5%", "top10": "top10%", "n": "n",
+}
+
+
+# ---------------------------------------------------------------- data
+
+class EvalData:
+    """The measured records reduced to arrays, in record order.
+
+    program, kernel: str arrays; runtime: float ns; is_default: bool array
+    (all False when the records carry none); grouped: True when some
+    (program, kernel) has several records (tile data).
+    """
+
+    def __init__(self, records):
+        self.program, self.kernel, self.runtime, self.is_default = [], [], [], []
+        self.has_config = False
+        self.skipped = 0
+        self.records = []
+        for r in records:
+            rt = r.get("runtime_ns")
+            if rt is None or not isinstance(rt, (int, float)) or not rt > 0:
+                self.skipped += 1
+                continue
+            self.records.append(r)
+            self.program.append(str(r.get("program", "?")))
+            self.kernel.append(str(r.get("kernel", r.get("fingerprint", len(self.kernel)))))
+            self.runtime.append(float(rt))
+            self.is_default.append(bool(r.get("is_default", False)))
+            self.has_config = self.has_config or bool(r.get("config"))
+        self.runtime = np.asarray(self.runtime, dtype=np.float64)
+        self.is_default = np.asarray(self.is_default, dtype=bool)
+        keys = list(zip(self.program, self.kernel))
+        self.grouped = len(set(keys)) < len(keys)
+
+    def __len__(self):
+        return len(self.runtime)
+
+    def task(self):
+        return "tile" if (self.has_config and self.grouped) else "fusion"
+
+
+def default_choice(data):
+    """XLA's own pick as a predictor: 0 for the is_default config, 1 else."""
+    return np.where(data.is_default, 0.0, 1.0)
+
+
+# ---------------------------------------------------------------- evaluate
+
+def evaluate(data, predictions, task=None, threshold_ns=5000.0, choice_only=()):
+    """The evaluation as a JSON-able dict.
+
+    data: EvalData. predictions: {label: array of predicted ns (or scores,
+    lower = faster) aligned with data}. choice_only: labels that only pick
+    one config per kernel (tile task; only Tile-Size APE and top-1 shown).
+    """
+    task = task or data.task()
+    labels = list(predictions)
+    for label, p in predictions.items():
+        if len(p) != len(data):
+            raise ValueError(f"predictor {label!r}: {len(p)} predictions for {len(data)} records")
+    if task == "fusion":
+        out = _fusion(data, predictions, threshold_ns)
+    elif task == "tile":
+        out = _tile(data, predictions, set(choice_only))
+    else:
+        raise ValueError(f"unknown task {task!r}")
+    out.update({"task": task, "predictors": labels, "records": len(data),
+                "choice_only": [lab for lab in labels if lab in set(choice_only)],
+                "skipped_unmeasured": data.skipped})
+    return out
+
+
+def _fusion(data, predictions, threshold_ns):
+    groups = m.group_indices(data.program)
+    rows = []
+    for program, idx in groups.items():
+        true = data.runtime[idx]
+        row = {"program": program, "kernels": int(idx.size),
+               "kernels_ge": int((true >= threshold_ns).sum()), "ge": {}, "all": {}}
+        for label, pred in predictions.items():
+            p = np.asarray(pred, dtype=np.float64)[idx]
+            ge = m.fusion_metrics(p, true, threshold_ns)
+            al = m.fusion_metrics(p, true, 0.0)
+            row["ge"][label] = {"mape": ge["mape"], "tau": ge["tau"]}
+            row["all"][label] = {"mape": al["mape"], "tau": al["tau"]}
+        rows.append(row)
+    summary = {}
+    for which in ("ge", "all"):
+        summary[which] = {}
+        for label in predictions:
+            med, avg = m.summarize([r[which][label] for r in rows], FUSION_FIELDS)
+            summary[which][label] = {"median": med, "mean": avg}
+    return {"threshold_ns": float(threshold_ns), "programs": rows, "summary": summary}
+
+
+def _tile_groups(data, pred, idx):
+    by_kernel = m.group_indices([data.kernel[i] for i in idx])
+    p = np.asarray(pred, dtype=np.float64)
+    return [(p[idx[j]], data.runtime[idx[j]]) for j in by_kernel.values()]
+
+
+def _tile(data, predictions, choice_only):
+    groups = m.group_indices(data.program)
+    rows = []
+    for program, idx in groups.items():
+        kernels = len(set(data.kernel[i] for i in idx))
+        row = {"program": program, "kernels": kernels, "configs": int(idx.size), "metrics": {}}
+        for label, pred in predictions.items():
+            r = m.tile_metrics(_tile_groups(data, pred, idx))
+            row["metrics"][label] = _mask(r, label in choice_only)
+        rows.append(row)
+    summary = {}
+    for label, pred in predictions.items():
+        med, avg = m.summarize([r["metrics"][label] for r in rows], TILE_FIELDS)
+        pooled = _mask(m.tile_metrics(_tile_groups_all(data, pred)), label in choice_only)
+        summary[label] = {"median": med, "mean": avg,
+                          "pooled": {f: pooled[f] for f in TILE_FIELDS}}
+    return {"programs": rows, "summary": summary,
+            "kernels": len(set(zip(data.program, data.kernel)))}
+
+
+def _tile_groups_all(data, pred):
+    keys = list(zip(data.program, data.kernel))
+    p = np.asarray(pred, dtype=np.float64)
+    return [(p[j], data.runtime[j]) for j in m.group_indices(keys).values()]
+
+
+def _mask(r, choice):
+    if not choice:
+        return r
+    return {k: (v if (k in CHOICE_FIELDS or k in ("kernels", "configs")) else math.nan)
+            for k, v in r.items()}
+
+
+# ---------------------------------------------------------------- render
+
+def _fmt(v, field):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if field == "tau":
+        return f"{v:.3f}"
+    if isinstance(v, (int, np.integer)):
+        return str(v)
+    return f"{v:.1f}" if abs(v) < 1e4 else f"{v:.3g}"
+
+
+def tables(result):
+    """[(title, header, rows)] for a result of evaluate(); cells are str."""
+    labels = result["predictors"]
+    out = []
+    if result["task"] == "fusion":
+        thr = result["threshold_ns"]
+        for which, title, ncol in (
+                ("ge", f"fusion task: kernels >= {thr / 1000:g} us", "kernels_ge"),
+                ("all", "fusion task: all kernels", "kernels")):
+            header = ["program", "kernels"] + [f"{lab} {FIELD_TITLES[f]}"
+                                               for lab in labels for f in FUSION_FIELDS]
+            rows = []
+            for r in result["programs"]:
+                rows.append([r["program"], str(r[ncol])] +
+                            [_fmt(r[which][lab][f], f) for lab in labels for f in FUSION_FIELDS])
+            for stat in ("median", "mean"):
+                rows.append([stat, ""] + [_fmt(result["summary"][which][lab][stat][f], f)
+                                          for lab in labels for f in FUSION_FIELDS])
+            out.append((title, header, rows))
+    else:
+        choice = set(result.get("choice_only", ()))
+        cols = [(lab, f) for lab in labels
+                for f in (CHOICE_FIELDS if lab in choice else TILE_FIELDS)]
+        header = ["program", "kernels"] + [f"{lab} {FIELD_TITLES[f]}" for lab, f in cols]
+        rows = []
+        for r in result["programs"]:
+            rows.append([r["program"], str(r["kernels"])] +
+                        [_fmt(r["metrics"][lab][f], f) for lab, f in cols])
+        for stat in ("median", "mean", "pooled"):
+            n = str(result["kernels"]) if stat == "pooled" else ""
+            rows.append([stat if stat != "pooled" else "all kernels", n] +
+                        [_fmt(result["summary"][lab][stat][f], f) for lab, f in cols])
+        out.append(("tile task: Tile-Size APE, mean per-kernel tau, top-K slowdown", header, rows))
+    return out
+
+
+def summary_table(result):
+    """(title, header, rows): one row per predictor with the median and mean
+    over programs (the compact view for ablations)."""
+    labels = result["predictors"]
+    if result["task"] == "fusion":
+        thr = f"{result['threshold_ns'] / 1000:g}us"
+        cols = [(w, st, f) for w in ("ge", "all") for st in ("median", "mean") for f in FUSION_FIELDS]
+        header = ["predictor"] + [f"{st} {FIELD_TITLES[f]} {'>=' + thr if w == 'ge' else 'all'}"
+                                  for w, st, f in cols]
+        rows = [[lab] + [_fmt(result["summary"][w][lab][st][f], f) for w, st, f in cols]
+                for lab in labels]
+        return ("fusion task: median and mean over programs", header, rows)
+    cols = [(st, f) for st in ("mean", "pooled") for f in TILE_FIELDS]
+    header = ["predictor"] + [f"{'all' if st == 'pooled' else st} {FIELD_TITLES[f]}"
+                              for st, f in cols]
+    rows = [[lab] + [_fmt(result["summary"][lab][st][f], f) for st, f in cols] for lab in labels]
+    return ("tile task: mean over programs, and all kernels pooled", header, rows)
+
+
+def _text_table(header, rows):
+    cols = list(zip(header, *rows))
+    widths = [max(len(c) for c in col) for col in cols]
+
+    def line(cells):
+        return "  ".join((c.ljust(w) if i == 0 else c.rjust(w))
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([line(header), sep] + [line(r) for r in rows])
+
+
+def _markdown_table(header, rows):
+    esc = [[c.replace("|", "\\|") for c in r] for r in [header] + rows]
+    lines = ["| " + " | ".join(esc[0]) + " |",
+             "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in esc[1:]]
+    return "\n".join(lines)
+
+
+def render(result, fmt="table", summary=False):
+    """The result as text: fmt is "table", "markdown" or "json"; summary:
+    only the per-predictor summary table (json: unchanged)."""
+    if fmt == "json":
+        return json.dumps(_jsonable(result), indent=2) + "\n"
+    parts = []
+    for title, header, rows in ([summary_table(result)] if summary else tables(result)):
+        if fmt == "markdown":
+            parts.append(f"**{title}**\n\n{_markdown_table(header, rows)}\n")
+        else:
+            parts.append(f"{title}\n\n{_text_table(header, rows)}\n")
+    return "\n".join(parts)
+
+
+def _jsonable(v):
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (np.floating, float)):
+        v = float(v)
+        return None if math.isnan(v) else v
+    if isinstance(v, np.integer):
+        return int(v)
+    return v
