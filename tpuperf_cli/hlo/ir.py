@@ -33,6 +33,8 @@ class Shape:
     tiles: tuple = ()                # TPU tiling: ((8, 128), (2, 1)) for T(8,128)(2,1)
     memory_space: int = 0            # S(n) in the layout
     tuple_shapes: tuple = ()
+    # The text XLA printed for this shape, layout included (set by the parser).
+    text: str = field(default=None, compare=False, repr=False)
 
     @property
     def is_tuple(self):
@@ -94,6 +96,7 @@ class Computation:
     instructions: list               # in the order printed (XLA prints topologically)
     is_entry: bool = False
     line: int = 0
+    signature: str = None            # raw `(p: f32[4]) -> f32[4]` text, if printed
 
     def __post_init__(self):
         self.by_name = {i.name: i for i in self.instructions}
@@ -118,6 +121,8 @@ class Module:
     computations: dict               # name -> Computation, in source order
     entry: Computation = None
     source: str = None               # the file name, for messages
+    # FileNames/FunctionNames/FileLocations/StackFrames: section -> raw lines
+    sections: dict = field(default_factory=dict)
 
     def computation(self, name):
         return self.computations[name]
