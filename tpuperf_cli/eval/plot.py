@@ -35,6 +35,7 @@ def plot(path, data, predictions, result, dpi=120):
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
+    from matplotlib import ticker
 
     labels = list(predictions)
     scatter = [lab for lab in labels
@@ -53,7 +54,7 @@ def plot(path, data, predictions, result, dpi=120):
             sel = prog == p
             ax.scatter(true_us[sel], pred_us[sel], s=12, alpha=0.7, color=colors[p],
                        label=p, edgecolors="none")
-        lo = max(min(true_us.min(), pred_us.min()) / 1.5, 1e-3)
+        lo = min(true_us.min(), pred_us.min()) / 1.5
         hi = max(true_us.max(), pred_us.max()) * 1.5
         line = np.array([lo, hi])
         ax.plot(line, line, color="black", lw=1, label="predicted = measured")
@@ -67,6 +68,11 @@ def plot(path, data, predictions, result, dpi=120):
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
         ax.set_aspect("equal")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0) if hi / lo < 1e3
+                                                     else (1.0,)))
+            axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(ticker.NullFormatter())
         ax.set_xlabel("measured runtime (us)")
         ax.set_ylabel("predicted runtime (us)")
         ax.set_title(f"{lab}: predicted vs measured")
