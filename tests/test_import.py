@@ -1,0 +1,329 @@
+"""tpuperf import: real TPU tuning JSON and TpuGraphs tile .npz files -> records."""
+
+import io
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tpuperf_cli.cli import tpuperf
+from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.stream import decode_array, read_records
+from tpuperf_cli.tile import tpugraphs as tg
+from tpuperf_cli.tile import tuning_json as tj
+
+SAMPLE = pathlib.Path("/work/shared/data/tpu_tile_sample.json")
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+needs_sample = pytest.mark.skipif(not SAMPLE.exists(), reason="TPU sample data not here")
+
+COPY_HLO = """HloModule copy.24, is_scheduled=true
+
+ENTRY %copy.24 (parameter.0: bf16[32,5,5,256]) -> bf16[32,5,5,256] {
+  %parameter.0 = bf16[32,5,5,256]{3,0,2,1:T(8,128)(2,1)} parameter(0)
+  ROOT %copy.24 = bf16[32,5,5,256]{3,2,1,0:T(8,128)(2,1)} copy(%parameter.0), metadata={op_type="MaxPool"}
+}
+"""
+
+
+def _records(data):
+    return list(read_records(io.BytesIO(data)))
+
+
+class Run:
+    """What `tpuperf ARGS` did, in-process: exit_code, stdout_bytes, and stderr
+    as the CLI prints it (a TpuperfError becomes `tpuperf: error: msg`, the
+    way cli.main reports it; test_cli_error_format checks that for real)."""
+
+    def __init__(self, args):
+        res = CliRunner().invoke(tpuperf, args)
+        self.stdout_bytes = res.stdout_bytes
+        self.stderr = res.stderr
+        self.exit_code = res.exit_code
+        if isinstance(res.exception, TpuperfError):
+            self.stderr += f"tpuperf: error: {res.exception}\n"
+            self.exit_code = res.exception.exit_code
+        elif res.exception and not isinstance(res.exception, SystemExit):
+            raise res.exception
+
+
+_run = Run
+
+
+def _kernel(fp=7, hlo=COPY_HLO, configs=None):
+    return {"kernel_fingerprint": fp, "hlo": hlo, "configs": configs if configs is not None else [
+        {"tile": {"output_bounds": [16, 5, 1, 2]}, "runtime_ns": 3967, "is_default": True},
+        {"tile": {"output_bounds": [8, 1, 1, 1], "kernel_bounds": [2]}, "runtime_ns": 9352,
+         "is_default": False},
+    ]}
+
+
+# ---------------------------------------------------------------- tuning json
+
+@needs_sample
+def test_tuning_json_sample_gives_one_record_per_config():
+    data = json.loads(SAMPLE.read_text())
+    recs = list(tj.records(str(SAMPLE)))
+    assert len(recs) == sum(len(k["configs"]) for k in data) == 87
+    kernels = {}
+    for r in recs:
+        kernels.setdefault(r["kernel"], []).append(r)
+    assert len(kernels) == 3
+    for k, (name, rs) in zip(data, kernels.items()):
+        assert name == f"kernel_{k['kernel_fingerprint']:016x}"
+        assert [r["config_index"] for r in rs] == list(range(len(k["configs"])))
+        assert [r["runtime_ns"] for r in rs] == [float(c["runtime_ns"]) for c in k["configs"]]
+        assert sum(r["is_default"] for r in rs) == 1
+        assert all(r["hlo"] == k["hlo"] and r["kernel_fingerprint"] == k["kernel_fingerprint"]
+                   for r in rs)
+        assert len({r["fingerprint"] for r in rs}) == 1
+    r = recs[0]
+    assert r["type"] == "kernel" and r["v"] == 1 and r["program"] == "tpu_tile_sample"
+    assert r["opcode"] == "fusion" and r["fusion_kind"] == "kLoop"
+    assert r["computation"] == "fusion.232"
+    assert r["config"] == {"kernel_bounds": [], "output_bounds": [2, 26, 4, 2],
+                           "input_bounds": []}
+    assert r["target"]["platform"] == "tpu"
+    last = recs[-1]
+    assert last["opcode"] == "copy" and last["fusion_kind"] is None and last["index"] == 2
+    # the second kernel is a kOutput fusion tiled in kernel and output bounds
+    second = kernels[list(kernels)[1]][0]
+    assert second["fusion_kind"] == "kOutput"
+    assert second["config"]["kernel_bounds"] == [4, 1]
+
+
+@needs_sample
+def test_tuning_json_cli_writes_zst_and_program_option(tmp_path):
+    out = tmp_path / "tile.zst"
+    res = _run(["import", "tuning-json", "--program", "resnet", "--device-kind", "TPU v4",
+                str(SAMPLE), "-o", str(out)])
+    assert res.exit_code == 0, res.stderr
+    assert out.read_bytes()[:4] == b"\x28\xb5\x2f\xfd"
+    recs = list(read_records(str(out)))
+    assert len(recs) == 87
+    assert {r["program"] for r in recs} == {"resnet"}
+    assert recs[0]["target"]["device_kind"] == "TPU v4"
+
+
+def test_identical_kernels_share_a_fingerprint_whatever_their_names():
+    renamed = COPY_HLO.replace("copy.24", "copy.99").replace("parameter.0", "p").replace(
+        'metadata={op_type="MaxPool"}', 'metadata={op_name="x"}')
+    other = COPY_HLO.replace("bf16[32,5,5,256]", "bf16[32,5,5,128]")
+    assert tj.fingerprint(COPY_HLO) == tj.fingerprint(renamed)
+    assert tj.fingerprint(COPY_HLO) != tj.fingerprint(other)
+
+
+def _write_json(tmp_path, data, name="bad.json"):
+    p = tmp_path / name
+    p.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    return str(p)
+
+
+@pytest.mark.parametrize("data, words", [
+    ([_kernel(configs=[{"tile": {}, "is_default": True}])],
+     ["kernel 0", "kernel_fingerprint 7", "configs[0]", "'runtime_ns'"]),
+    ([{"hlo": COPY_HLO, "configs": []}], ["kernel 0", "missing key 'kernel_fingerprint'"]),
+    ([_kernel(configs=[{"tile": {"output_bounds": [1, "x"]}, "runtime_ns": 5}])],
+     ["configs[0]", "tile.output_bounds"]),
+    ([_kernel(configs=[{"tile": {"warp_bounds": [1]}, "runtime_ns": 5}])],
+     ["configs[0]", "warp_bounds"]),
+    ([_kernel(configs=[{"runtime_ns": -3}])], ["configs[0]", "'runtime_ns'", "positive"]),
+    ([_kernel(configs=[])], ["'configs'", "non-empty"]),
+    ([_kernel(hlo="%fusion.1 = f32[8]{0} fusion(%p), kind=kLoop, calls=%c")],
+     ["'hlo'", "HloModule"]),
+    ([_kernel(hlo="HloModule m\n\n%c (p: f32[8]) -> f32[8] {\n  ROOT %p = f32[8] parameter(0)\n}\n")],
+     ["'hlo'", "ENTRY"]),
+    ([_kernel(configs=[{"runtime_ns": 5, "is_default": True}, {"runtime_ns": 6, "is_default": True}])],
+     ["is_default", "2 configurations"]),
+    ({"kernel_fingerprint": 1}, ["list of kernels"]),
+])
+def test_malformed_tuning_json_names_file_and_key(tmp_path, data, words):
+    path = _write_json(tmp_path, data)
+    res = _run(["import", "tuning-json", path])
+    assert res.exit_code == 1
+    assert res.stderr.startswith("tpuperf: error: ") and "Traceback" not in res.stderr
+    assert path in res.stderr
+    for w in words:
+        assert w in res.stderr, (w, res.stderr)
+
+
+def test_json_that_does_not_parse_is_exit_2_with_line(tmp_path):
+    path = _write_json(tmp_path, '[\n  {"kernel_fingerprint": 1,\n   "hlo": }\n]')
+    res = _run(["import", "tuning-json", path])
+    assert res.exit_code == 2
+    assert f"{path}:3:" in res.stderr and "not valid JSON" in res.stderr
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    res = _run(["import", "tuning-json", str(tmp_path / "nope.json")])
+    assert res.exit_code == 1 and "nope.json" in res.stderr and "No such file" in res.stderr
+
+
+def test_good_kernels_before_a_bad_one_are_written(tmp_path):
+    path = _write_json(tmp_path, [_kernel(fp=1), _kernel(fp=2, configs=[{"tile": {}}])])
+    out = subprocess.run([sys.executable, "-m", "tpuperf_cli", "import", "tuning-json", path],
+                         capture_output=True)
+    assert out.returncode == 1
+    assert b"kernel 1 (kernel_fingerprint 2): configs[0]: missing key 'runtime_ns'" in out.stderr
+    recs = _records(out.stdout)
+    assert [r["kernel"] for r in recs] == ["kernel_0000000000000001"] * 2
+
+
+def test_repeated_kernel_keeps_both_apart(tmp_path):
+    path = _write_json(tmp_path, [_kernel(fp=5), _kernel(fp=5)], name="two.json")
+    names = [r["kernel"] for r in tj.records(path)]
+    assert names == ["kernel_0000000000000005"] * 2 + ["kernel_0000000000000005#2"] * 2
+
+
+# ---------------------------------------------------------------- TpuGraphs
+
+def make_tile_npz(path, n=5, m=4, c=6, seed=0, **override):
+    """A small file in exactly the TpuGraphs tile format (dtypes as released)."""
+    rng = np.random.default_rng(seed)
+    config_feat = np.zeros((c, 24), dtype=np.float32)
+    for j in range(c):
+        out = rng.integers(1, 9, size=3)
+        config_feat[j, 8:11] = out
+        config_feat[j, 14] = out.sum()
+        config_feat[j, 15] = out.prod()
+    arrays = {
+        "node_feat": rng.random((n, 140)).astype(np.float32),
+        "node_opcode": rng.integers(0, 120, size=n).astype(np.uint8),
+        "edge_index": np.stack([np.arange(1, m + 1) % n, np.arange(m) % n], 1).astype(np.int64),
+        "config_feat": config_feat,
+        "config_runtime": rng.integers(1000, 90000, size=c).astype(np.int64),
+        "config_runtime_normalizers": rng.integers(40000, 60000, size=c).astype(np.int64),
+    }
+    arrays.update(override)
+    arrays = {k: v for k, v in arrays.items() if v is not None}
+    np.savez_compressed(path, **arrays)
+    return arrays
+
+
+def test_tpugraphs_file_gives_graph_records_normalised(tmp_path):
+    path = tmp_path / "alexnet_train_batch_32_-1bae27a41d70f4dc.npz"
+    a = make_tile_npz(path)
+    recs = list(tg.records(str(path)))
+    assert len(recs) == 6
+    ratio = a["config_runtime"] / a["config_runtime_normalizers"]
+    for j, r in enumerate(recs):
+        assert r["type"] == "graph" and r["config_index"] == j
+        assert r["program"] == "alexnet_train_batch_32"
+        assert r["kernel"] == "kernel_-1bae27a41d70f4dc"
+        assert r["runtime_norm"] == pytest.approx(ratio[j])
+        assert r["runtime_raw"] == a["config_runtime"][j]
+        assert r["runtime_ns"] == pytest.approx(ratio[j] * a["config_runtime_normalizers"].mean())
+        assert r["node_feat"].dtype == np.float32 and r["node_feat"].shape == (5, 140)
+        assert r["node_opcode"].dtype == np.int32
+        np.testing.assert_array_equal(r["node_opcode"], a["node_opcode"])
+        assert r["edge_index"].dtype == np.int32
+        np.testing.assert_array_equal(r["edge_index"], a["edge_index"])
+        np.testing.assert_array_equal(r["config_feat"], a["config_feat"][j])
+        out = [int(x) for x in a["config_feat"][j, 8:11]]
+        assert r["config"] == {"kernel_bounds": [], "output_bounds": out, "input_bounds": []}
+        assert r["target"]["platform"] == "tpu" and "is_default" not in r
+    # the normalised order is kept, whatever runtime_ns holds
+    assert np.argsort([r["runtime_ns"] for r in recs]).tolist() == np.argsort(ratio).tolist()
+    raw = [r["runtime_ns"] for r in tg.records(str(path), runtime="raw")]
+    assert raw == a["config_runtime"].astype(float).tolist()
+    rat = [r["runtime_ns"] for r in tg.records(str(path), runtime="ratio")]
+    np.testing.assert_allclose(rat, ratio)
+
+
+def test_tpugraphs_cli_reads_directories_and_samples_configs(tmp_path):
+    d = tmp_path / "npz" / "tile" / "xla" / "train"
+    d.mkdir(parents=True)
+    make_tile_npz(d / "prog_aaaaaaaaaaaaaaaa.npz", c=40, seed=1)
+    make_tile_npz(d / "prog_bbbbbbbbbbbbbbbb.npz", c=3, seed=2)
+    (d / "README.txt").write_text("not data")
+    res = _run(["import", "tpugraphs", str(tmp_path / "npz"), "--max-configs", "10"])
+    assert res.exit_code == 0, res.stderr
+    recs = _records(res.stdout_bytes)
+    assert len(recs) == 13
+    first = [r for r in recs if r["kernel"] == "kernel_aaaaaaaaaaaaaaaa"]
+    idx = [r["config_index"] for r in first]
+    assert len(idx) == 10 and idx == sorted(idx) and len(set(idx)) == 10
+    assert [r["index"] for r in recs if r["config_index"] == 0][-1] == 1
+    # arrays travel as plain maps and decode back
+    assert decode_array(recs[0]["node_feat"]).shape == (5, 140)
+    again = _records(_run(["import", "tpugraphs", str(d), "--max-configs", "10"]).stdout_bytes)
+    assert [r["config_index"] for r in again] == [r["config_index"] for r in recs]
+
+
+def test_layout_collection_is_refused_clearly(tmp_path):
+    path = tmp_path / "bert_layout.npz"
+    np.savez(path, node_feat=np.zeros((3, 140), np.float32), node_opcode=np.zeros(3, np.uint8),
+             edge_index=np.zeros((0, 2), np.int64), node_config_feat=np.zeros((2, 1, 18)),
+             node_config_ids=np.array([1]), config_runtime=np.array([5, 6]))
+    res = _run(["import", "tpugraphs", str(path)])
+    assert res.exit_code == 1
+    assert str(path) in res.stderr and "layout" in res.stderr and "not supported" in res.stderr
+    assert "node_config_feat" in res.stderr
+
+
+@pytest.mark.parametrize("override, words", [
+    ({"config_runtime_normalizers": None}, ["missing key 'config_runtime_normalizers'"]),
+    ({"node_feat": np.zeros((5, 139), np.float32)}, ["'node_feat'", "(n, 140)"]),
+    ({"node_opcode": np.zeros(4, np.uint8)}, ["'node_opcode'", "(5,)"]),
+    ({"edge_index": np.array([[0, 9]])}, ["'edge_index'", "0..4"]),
+    ({"config_feat": np.zeros((6, 20), np.float32)}, ["'config_feat'", "(c, 24)"]),
+    ({"config_runtime": np.arange(5)}, ["'config_runtime'", "(6,)"]),
+    ({"config_runtime_normalizers": np.zeros(6, np.int64)}, ["'config_runtime_normalizers'",
+                                                              "positive"]),
+    ({"node_feat": np.full((5, 140), np.nan, np.float32)}, ["'node_feat'", "NaN"]),
+])
+def test_malformed_npz_names_file_and_key(tmp_path, override, words):
+    path = tmp_path / "prog_0123456789abcdef.npz"
+    make_tile_npz(path, **override)
+    res = _run(["import", "tpugraphs", str(path)])
+    assert res.exit_code == 1, res.stdout
+    assert res.stderr.startswith("tpuperf: error: ") and str(path) in res.stderr
+    for w in words:
+        assert w in res.stderr, (w, res.stderr)
+    assert res.stdout_bytes == b""
+
+
+def test_not_an_npz_and_missing_paths(tmp_path):
+    bad = tmp_path / "x.npz"
+    bad.write_bytes(b"PK\x03\x04 truncated")
+    res = _run(["import", "tpugraphs", str(bad)])
+    assert res.exit_code == 1 and str(bad) in res.stderr and "not a readable .npz" in res.stderr
+    res = _run(["import", "tpugraphs", str(tmp_path / "missing")])
+    assert res.exit_code == 1 and "no such file" in res.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = _run(["import", "tpugraphs", str(empty)])
+    assert res.exit_code == 1 and "no .npz files" in res.stderr
+
+
+def test_config_features_round_trip_through_bounds():
+    row = np.zeros(24, np.float32)
+    row[0:2] = [4, 1]; row[6:8] = [5, 4]                       # kernel_bounds
+    row[8:12] = [16, 5, 1, 2]; row[14:16] = [24, 160]          # output_bounds
+    assert tg.config_from_features(row) == {
+        "kernel_bounds": [4, 1], "output_bounds": [16, 5, 1, 2], "input_bounds": []}
+
+
+def test_tile_ids_split_into_program_and_kernel():
+    assert tg.split_tile_id("alexnet_train_batch_32_-1bae27a41d70f4dc") == (
+        "alexnet_train_batch_32", "kernel_-1bae27a41d70f4dc")
+    assert tg.split_tile_id("resnet50.4x4.fp16_4adbb8a41b4a3a04") == (
+        "resnet50.4x4.fp16", "kernel_4adbb8a41b4a3a04")
+    assert tg.split_tile_id("plain") == ("plain", "kernel")
+
+
+def test_cli_error_format(tmp_path):
+    """The real CLI: one line on stderr, no traceback, exit 1 / 2."""
+    npz = tmp_path / "prog_0123456789abcdef.npz"
+    make_tile_npz(npz, config_feat=np.zeros((6, 20), np.float32))
+    bad_json = _write_json(tmp_path, "[{")
+    for args, code, words in (
+            (["tpugraphs", str(npz)], 1, f"tpuperf: error: {npz}: key 'config_feat'"),
+            (["tuning-json", bad_json], 2, f"tpuperf: error: {bad_json}:1:")):
+        out = subprocess.run([sys.executable, "-m", "tpuperf_cli", "import", *args],
+                             capture_output=True, text=True)
+        assert out.returncode == code
+        assert out.stderr.startswith(words) and out.stderr.count("\n") == 1, out.stderr

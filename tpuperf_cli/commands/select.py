@@ -1,0 +1,61 @@
+"""tpuperf select: per kernel, the K tile configurations the model ranks fastest."""
+
+import click
+
+from tpuperf_cli.stream import RecordWriter, read_many
+
+
+@click.command("select", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("inputs", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("-k", "--top", "k", type=click.IntRange(min=1), default=5, show_default=True,
+              help="How many configurations to keep per kernel.")
+@click.option("--model", type=click.Path(exists=True, dir_okay=False),
+              help="Predict with this model file first (as `predict --model`); without it "
+                   "every record must already carry pred_ns.")
+@click.option("--by", "field", default="pred_ns", show_default=True, metavar="FIELD",
+              help="The numeric field to rank by, smaller = faster (e.g. runtime_ns to list "
+                   "the measured best).")
+@click.option("--slim", is_flag=True,
+              help="Drop the graph arrays (node_feat, node_opcode, edge_index) from the "
+                   "records written.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default="-",
+              show_default=True,
+              help="Where to write the short lists: a file (zstd if it ends in .zst) or - "
+                   "for stdout.")
+def cli(inputs, k, model, field, slim, output):
+    """Keep, per kernel, the K tile configurations the model ranks fastest.
+
+    The autotuner's short list: instead of timing every tile configuration of
+    a kernel on hardware, time only the K the model likes best. Reads graph
+    (or kernel) records of many configurations per kernel, from files
+    (plain or .zst) or stdin; records of one kernel share program and kernel
+    (tpuperf import writes them so). Each record needs pred_ns from
+    `predict`, or give --model to predict here.
+
+    Writes, per kernel in the order kernels first appear, its K records with
+    the smallest prediction, fastest first, each with two fields added: rank
+    (1 = predicted fastest) and candidates (how many configurations of that
+    kernel were read). Ties keep input order. A kernel with fewer than K
+    configurations keeps them all. Other fields pass through; only K records
+    per kernel are held in memory, and output starts when input ends.
+
+    \b
+      tpuperf import tuning-json tile.json | featurize | predict --model tile.pt \\
+          | tpuperf select --top 5 --slim > shortlist.msgpack
+      tpuperf select --top 10 --model tile.pt candidates.zst -o shortlist.zst
+
+    Exit status: 0 on success; 1 when a record lacks the ranking field or a
+    kernel name (the message names the input and record number), or the
+    input stream is corrupt.
+    """
+    from tpuperf_cli.tile import select as sel
+
+    records = read_many(inputs)
+    name = inputs[0] if len(inputs) == 1 else ("input" if inputs else "<stdin>")
+    if model:
+        from tpuperf_cli.tile.select import predict_records
+
+        records = predict_records(records, model)
+    with RecordWriter(output) as out:
+        for record in sel.top_k(records, k, field=field, name=name):
+            out.write(sel.slim(record) if slim else record)
