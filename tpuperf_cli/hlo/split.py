@@ -1,0 +1,297 @@
+"""Split an HLO module into the kernels the compiler runs.
+
+A kernel is one instruction that does work (a fusion or an unfused op) in
+the entry computation, or in a computation the program runs as control flow:
+while bodies and conditions, conditional branches, call targets and async
+wrapped computations. Parameters, constants, tuples, get-tuple-element,
+bitcasts and the control-flow ops themselves (while, conditional, call,
+async-start/-update/-done, the -done half of async collectives, ...) are not
+kernels. Fused computations, reducers (to_apply), sort comparators and the
+computations a custom-call calls belong to their kernel and are not entered.
+
+count is how many times a kernel runs per program run: the product of the
+known trip counts of the while loops around it (XLA records them in the
+while op's backend_config as known_trip_count; a condition runs trip+1
+times). An unknown trip count counts as 1 and makes count_known false, and
+so does being inside a conditional branch (which branch runs is not known:
+count is then an upper bound).
+
+Each kernel gets a standalone HloModule text: the kernel instruction in an
+entry computation with one parameter per distinct operand (shapes and
+layouts, TPU tiling included, kept), plus every computation it calls,
+transitively. Its fingerprint is a hash of the same module with names
+canonicalised and metadata dropped, so identical kernels share it.
+"""
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from tpuperf_cli.hlo import attrs as A
+from tpuperf_cli.hlo.parser import CALL_ATTRS
+
+# Instructions that are not kernels: they move no data or only orchestrate.
+NOT_KERNELS = frozenset({
+    "parameter", "constant", "tuple", "get-tuple-element", "bitcast",
+    "while", "conditional", "call", "async-start", "async-update", "async-done",
+    "after-all", "add-dependency", "opt-barrier", "domain",
+    "all-gather-done", "all-reduce-done", "collective-permute-done", "copy-done",
+    "send-done", "recv-done",
+})
+
+# Attributes left out of a standalone kernel module: they name instructions
+# that are not there.
+_DROP_ATTRS = frozenset({"control-predecessors"})
+# ... and, in addition, left out of the fingerprint: they do not change what runs.
+_DROP_FINGERPRINT = frozenset({"metadata", "frontend_attributes", "statistics", "origin"})
+
+_RE_LAYOUT = re.compile(r"\{[^{}]*\}")
+
+
+@dataclass
+class Kernel:
+    """One kernel of a program (see the module docstring)."""
+
+    name: str                 # unique in the program: instr, or "comp/instr" outside ENTRY
+    instruction: object       # ir.Instruction
+    computation: object       # ir.Computation it sits in
+    index: int                # order in the program
+    count: int                # times run per program run (an upper bound if not count_known)
+    count_known: bool
+
+    @property
+    def opcode(self):
+        return self.instruction.opcode
+
+    @property
+    def fusion_kind(self):
+        return self.instruction.fusion_kind
+
+
+def find_kernels(module, warn=None):
+    """The kernels of an ir.Module, in program order (list of Kernel).
+
+    warn(message) is called once for each while loop whose trip count is
+    unknown and each conditional (their kernels get count_known False).
+    A computation run from several places has its kernels listed once, with
+    the counts added up.
+    """
+    found = {}     # (computation name, instruction name) -> Kernel
+    order = []
+    comps = module.computations
+
+    def visit(comp, mult, known, depth):
+        if depth > 64:
+            raise RecursionError(f"computation nesting deeper than 64 at '{comp.name}'")
+        for ins in comp.instructions:
+            op = ins.opcode
+            if op == "while":
+                body = comps[ins.attrs["body"].lstrip("%")] if "body" in ins.attrs else None
+                cond = comps[ins.attrs["condition"].lstrip("%")] if "condition" in ins.attrs else None
+                trip = A.known_trip_count(ins.attrs)
+                if trip is None:
+                    if warn:
+                        warn(f"{_where(module, comp, ins)}: while loop '{ins.name}' has no "
+                             f"known_trip_count: its kernels are counted once (count_known false)")
+                    if cond is not None:
+                        visit(cond, mult, False, depth + 1)
+                    if body is not None:
+                        visit(body, mult, False, depth + 1)
+                else:
+                    if cond is not None:
+                        visit(cond, mult * (trip + 1), known, depth + 1)
+                    if body is not None:
+                        visit(body, mult * trip, known, depth + 1)
+            elif op == "conditional":
+                if warn:
+                    warn(f"{_where(module, comp, ins)}: conditional '{ins.name}': which branch "
+                         f"runs is not known; each branch's kernels get count_known false")
+                for c in ins.called:
+                    visit(comps[c], mult, False, depth + 1)
+            elif op in ("call", "async-start"):
+                for c in ins.called:
+                    visit(comps[c], mult, known, depth + 1)
+            elif op not in NOT_KERNELS:
+                key = (comp.name, ins.name)
+                k = found.get(key)
+                if k is None:
+                    name = ins.name if comp.is_entry else f"{comp.name}/{ins.name}"
+                    k = Kernel(name, ins, comp, len(order), mult, known)
+                    found[key] = k
+                    order.append(k)
+                else:
+                    k.count += mult
+                    k.count_known = k.count_known and known
+
+    visit(module.entry, 1, True, 0)
+    return order
+
+
+def _where(module, comp, ins):
+    return f"{module.source or '<string>'}:{ins.line}"
+
+
+# ---------------------------------------------------------------- standalone HLO
+
+def _closure(module, names):
+    """Computations called from `names`, transitively, callees first."""
+    out = []
+    seen = set()
+    comps = module.computations
+
+    def walk(name):
+        if name in seen:
+            return
+        seen.add(name)
+        for ins in comps[name].instructions:
+            for c in ins.called:
+                walk(c)
+        out.append(name)
+
+    for n in names:
+        walk(n)
+    return out
+
+
+def _signature(params, root_shape):
+    ps = ", ".join(f"{p}: {_RE_LAYOUT.sub('', s.text)}" for p, s in params)
+    return f"({ps}) -> {_RE_LAYOUT.sub('', root_shape.text)}"
+
+
+def _print_instruction(ins, iname, cname, normalize, is_root=None, operands=None):
+    root = ins.is_root if is_root is None else is_root
+    op = ins.opcode
+    if op == "constant":
+        inner = ins.literal
+    elif op == "parameter":
+        inner = str(ins.parameter_number)
+    else:
+        inner = ", ".join("%" + iname(o) for o in (operands or ins.operands))
+    parts = [f"{'ROOT ' if root else ''}%{iname(ins.name)} = {ins.shape.text} {op}({inner})"]
+    for key, value in ins.attrs.items():
+        if key in _DROP_ATTRS or (normalize and key in _DROP_FINGERPRINT):
+            continue
+        if key in CALL_ATTRS:
+            if value.startswith("{"):
+                names = [x.strip().lstrip("%") for x in value[1:-1].split(",") if x.strip()]
+                value = "{" + ", ".join("%" + cname(n) for n in names) + "}"
+            else:
+                value = "%" + cname(value.lstrip("%"))
+        parts.append(f"{key}={value}")
+    return ", ".join(parts)
+
+
+def _print_computation(comp, cname, normalize, entry=False):
+    if normalize:
+        index = {ins.name: f"i{k}" for k, ins in enumerate(comp.instructions)}
+        iname = index.__getitem__
+    else:
+        def iname(n):
+            return n
+    params = [(iname(p.name), p.shape) for p in comp.parameters]
+    root = comp.root
+    lines = [f"{'ENTRY ' if entry else ''}%{cname(comp.name)} {_signature(params, root.shape)} {{"]
+    for ins in comp.instructions:
+        lines.append("  " + _print_instruction(ins, iname, cname, normalize,
+                                               is_root=ins is root))
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def kernel_module(module, kernel, normalize=False):
+    """A standalone HloModule text for one Kernel (or (computation,
+    instruction) pair) that XLA's parser accepts.
+
+    normalize=True gives the canonical form the fingerprint hashes:
+    computations c0.., instructions i0.., no metadata.
+    """
+    if isinstance(kernel, Kernel):
+        comp, ins = kernel.computation, kernel.instruction
+    else:
+        comp, ins = kernel
+    called = _closure(module, ins.called)
+    if normalize:
+        cmap = {n: f"c{k}" for k, n in enumerate(called)}
+        entry_name = "main"
+        cname = cmap.__getitem__
+    else:
+        entry_name = "main"
+        while entry_name in module.computations:
+            entry_name += "_kernel"
+
+        def cname(n):
+            return n
+
+    # one parameter per distinct operand, in order of first use
+    distinct = []
+    for o in ins.operands:
+        if o not in distinct:
+            distinct.append(o)
+    used = set()
+    for c in called:
+        used.update(i.name for i in module.computations[c].instructions)
+    kname = "k" if normalize else ins.name
+    pnames = {}
+    lines = []
+    params = []
+    for n, o in enumerate(distinct):
+        shape = comp.by_name[o].shape
+        base = f"a{n}" if normalize else f"arg.{n}"
+        p = base
+        while p == kname or p in used:
+            p += "_"
+        pnames[o] = p
+        if shape.element_type == "token":
+            lines.append(f"  %{p} = token[] after-all()")
+        else:
+            lines.append(f"  %{p} = {shape.text} parameter({len(params)})")
+            params.append((p, shape))
+    body = _print_instruction(ins, lambda x: pnames.get(x, kname), cname, normalize,
+                              is_root=True)
+    lines.append("  " + body)
+    out = [f"HloModule {'kernel' if normalize else _module_name(kernel_label(comp, ins))}", ""]
+    for c in called:
+        out.append(_print_computation(module.computations[c], cname, normalize))
+        out.append("")
+    out.append(f"ENTRY %{entry_name} {_signature(params, ins.shape)} {{")
+    out.extend(lines)
+    out.append("}")
+    out.append("")
+    return "\n".join(out)
+
+
+def kernel_label(comp, ins):
+    return ins.name if comp.is_entry else f"{comp.name}/{ins.name}"
+
+
+def _module_name(label):
+    return re.sub(r"[^\w.\-]", "_", label)
+
+
+def fingerprint(module, kernel):
+    """Hex digest (32 chars) of the kernel's normalised standalone module:
+    equal for identical kernels whatever their names and metadata."""
+    text = kernel_module(module, kernel, normalize=True)
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+def kernel_records(module, program=None, warn=None):
+    """Kernel records (dicts, see the record format) for every kernel of an
+    ir.Module, in program order."""
+    from tpuperf_cli.stream import new_record
+
+    program = program or module.name
+    for k in find_kernels(module, warn=warn):
+        yield new_record(
+            "kernel",
+            program=program,
+            kernel=k.name,
+            index=k.index,
+            count=k.count,
+            count_known=k.count_known,
+            hlo=kernel_module(module, k),
+            opcode=k.opcode,
+            fusion_kind=k.fusion_kind,
+            fingerprint=fingerprint(module, k),
+            computation=k.computation.name,
+        )
