@@ -1,0 +1,372 @@
+"""measure: timing kernels on CPU through XLA, errors, cache, stream."""
+
+import io
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tpuperf_cli.stream import RecordWriter, new_record, read_records
+
+MEASURE = [sys.executable, "-m", "tpuperf_cli", "measure"]
+
+
+def matmul_hlo(n):
+    """An optimized XLA:CPU module: one n x n f32 matmul."""
+    return f"""HloModule mm{n}, entry_computation_layout={{(f32[{n},{n}]{{1,0}}, f32[{n},{n}]{{1,0}})->f32[{n},{n}]{{1,0}}}}
+
+ENTRY %main (a: f32[{n},{n}], b: f32[{n},{n}]) -> f32[{n},{n}] {{
+  %a = f32[{n},{n}]{{1,0}} parameter(0)
+  %b = f32[{n},{n}]{{1,0}} parameter(1)
+  ROOT %dot = f32[{n},{n}]{{1,0}} dot(%a, %b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}, metadata={{op_name="jit(f)/dot_general"}}
+}}
+"""
+
+
+FUSION = """HloModule fused, is_scheduled=true
+
+%fused_computation (p0: f32[128,256], p1: f32[256]) -> f32[128,256] {
+  %p0 = f32[128,256]{1,0} parameter(0)
+  %p1 = f32[256]{0} parameter(1)
+  %b = f32[128,256]{1,0} broadcast(%p1), dimensions={1}
+  %m = f32[128,256]{1,0} multiply(%p0, %b)
+  ROOT %t = f32[128,256]{1,0} tanh(%m)
+}
+
+ENTRY %main (x: f32[128,256], y: f32[256]) -> f32[128,256] {
+  %x = f32[128,256]{1,0} parameter(0)
+  %y = f32[256]{0} parameter(1)
+  ROOT %fusion = f32[128,256]{1,0} fusion(%x, %y), kind=kLoop, calls=%fused_computation
+}
+"""
+
+# every element type a kernel commonly takes, one parameter each
+DTYPES = """HloModule dtypes
+
+ENTRY %main (a: bf16[16,16], b: f16[16], c: f32[8], d: s32[3], e: pred[5], f: u8[7], g: s64[2], h: c64[2], i: f64[3], j: s8[4], k: u32[2]) -> (bf16[16,16], f16[16], f32[8], s32[3], pred[5], u8[7], s64[2], c64[2], f64[3], s8[4], u32[2]) {
+  %a = bf16[16,16]{1,0} parameter(0)
+  %b = f16[16]{0} parameter(1)
+  %c = f32[8]{0} parameter(2)
+  %d = s32[3]{0} parameter(3)
+  %e = pred[5]{0} parameter(4)
+  %f = u8[7]{0} parameter(5)
+  %g = s64[2]{0} parameter(6)
+  %h = c64[2]{0} parameter(7)
+  %i = f64[3]{0} parameter(8)
+  %j = s8[4]{0} parameter(9)
+  %k = u32[2]{0} parameter(10)
+  %a2 = bf16[16,16]{1,0} add(%a, %a)
+  %b2 = f16[16]{0} multiply(%b, %b)
+  %c2 = f32[8]{0} log(%c)
+  ROOT %t = (bf16[16,16], f16[16], f32[8], s32[3], pred[5], u8[7], s64[2], c64[2], f64[3], s8[4], u32[2]) tuple(%a2, %b2, %c2, %d, %e, %f, %g, %h, %i, %j, %k)
+}
+"""
+
+# integer operands that index: they must stay in bounds
+INDEXING = """HloModule indexing
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+
+ENTRY %main (op: f32[64,32], idx: s32[10,1], i: s32[], upd: f32[10,32]) -> (f32[10,32], f32[8,32], f32[64,32], f32[64,32]) {
+  %op = f32[64,32]{1,0} parameter(0)
+  %idx = s32[10,1]{1,0} parameter(1)
+  %i = s32[] parameter(2)
+  %upd = f32[10,32]{1,0} parameter(3)
+  %g = f32[10,32]{1,0} gather(%op, %idx), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,32}
+  %z = s32[] constant(0)
+  %ds = f32[8,32]{1,0} dynamic-slice(%op, %i, %z), dynamic_slice_sizes={8,32}
+  %dus = f32[64,32]{1,0} dynamic-update-slice(%op, %ds, %i, %z)
+  %sc = f32[64,32]{1,0} scatter(%op, %idx, %upd), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add
+  ROOT %t = (f32[10,32], f32[8,32], f32[64,32], f32[64,32]) tuple(%g, %ds, %dus, %sc)
+}
+"""
+
+CUSTOM_CALL = """HloModule cc
+
+ENTRY %main (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %c = f32[4]{0} custom-call(%p), custom_call_target="tpuperf_no_such_target"
+}
+"""
+
+ALL_REDUCE = """HloModule ar
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %s = f32[] add(%x, %y)
+}
+
+ENTRY %main (p: f32[1024]) -> f32[1024] {
+  %p = f32[1024]{0} parameter(0)
+  ROOT %ar = f32[1024]{0} all-reduce(%p), replica_groups={{0,1,2,3}}, to_apply=%add
+}
+"""
+
+TUPLE_PARAM = """HloModule tp
+
+ENTRY %main (p: (f32[4], s32[])) -> f32[4] {
+  %p = (f32[4]{0}, s32[]) parameter(0)
+  ROOT %g = f32[4]{0} get-tuple-element(%p), index=0
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def measurer():
+    from tpuperf_cli.measure.runner import Measurer
+
+    return Measurer("cpu", runs=3, min_time=0.0005)
+
+
+def kernel(name, hlo, index=0, **extra):
+    return new_record("kernel", program="t", kernel=name, index=index, count=1,
+                      count_known=True, hlo=hlo, opcode="fusion", fusion_kind="kLoop",
+                      computation="main", **extra)
+
+
+def stream_bytes(records):
+    buf = io.BytesIO()
+    w = RecordWriter(buf)
+    for r in records:
+        w.write(r)
+    w.flush()
+    return buf.getvalue()
+
+
+def run_measure(args, data, tmp_path, check=True):
+    p = subprocess.run(MEASURE + ["--backend", "cpu", "--min-time", "0.3ms"] + args,
+                       input=data, capture_output=True, cwd=tmp_path,
+                       env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    if check:
+        assert p.returncode == 0, p.stderr.decode()
+    return p
+
+
+def records_of(data):
+    return list(read_records(io.BytesIO(data)))
+
+
+# ------------------------------------------------------------------ library
+
+def test_target_describes_the_machine(measurer):
+    t = measurer.target
+    assert t["platform"] == "cpu"
+    assert t["jax"] == "0.6.2" and t["jaxlib"] == "0.6.2"
+    assert t["chip"] and t["device_kind"]
+    assert len(measurer.key) == 16
+
+
+def test_matmul_runtimes_positive_and_ordered(measurer):
+    small, runs_small = measurer.measure(matmul_hlo(64))
+    big, runs_big = measurer.measure(matmul_hlo(1024))
+    assert small > 0 and len(runs_small) == 3 and small == min(runs_small)
+    assert big > 0 and len(runs_big) == 3 and big == min(runs_big)
+    # 4096x the flops: far slower, whatever the noise on a shared machine
+    assert big > 20 * small
+
+
+def test_fusion_kernel_runs(measurer):
+    t, runs = measurer.measure(FUSION)
+    assert t > 0 and all(r >= t for r in runs)
+
+
+def test_every_dtype_gets_inputs(measurer):
+    t, _ = measurer.measure(DTYPES)
+    assert t > 0
+
+
+def test_integer_inputs_keep_indexing_in_bounds(measurer):
+    from tpuperf_cli.measure.runner import Measurer
+
+    exe, params = measurer.compile(INDEXING)
+    args = measurer.inputs(params)
+    out = exe.execute(args)
+    g, ds, dus, sc = [o.__array__() for o in out]
+    import numpy as np
+
+    op = np.asarray(args[0])
+    # index 0 everywhere: gather reads row 0, the slice starts at row 0
+    assert np.array_equal(g, np.repeat(op[:1], 10, axis=0))
+    assert np.array_equal(ds, op[:8])
+    # all 10 scatter updates land (none skipped as out of bounds)
+    upd = np.asarray(args[3])
+    assert np.allclose(sc[0], op[0] + upd.sum(axis=0), rtol=1e-5)
+    assert isinstance(measurer, Measurer) and measurer.measure(INDEXING)[0] > 0
+
+
+def test_float_inputs_positive_and_finite(measurer):
+    import numpy as np
+
+    _, params = measurer.compile(FUSION)
+    x = np.asarray(measurer.inputs(params)[0])
+    assert x.min() >= 0.5 and x.max() < 1.5
+
+
+@pytest.mark.parametrize("hlo, kind, words", [
+    (CUSTOM_CALL, "compile", "tpuperf_no_such_target"),
+    (ALL_REDUCE, "collective", "all-reduce"),
+    (TUPLE_PARAM, "unsupported", "tuple"),
+    ("HloModule broken\n\nENTRY %e {\n  %p = f32[ parameter(0)\n}\n", "parse", "parse"),
+])
+def test_kernels_that_cannot_run_raise(measurer, hlo, kind, words):
+    from tpuperf_cli.measure.runner import MeasureError
+
+    with pytest.raises(MeasureError) as e:
+        measurer.measure(hlo)
+    assert e.value.kind == kind
+    assert words in str(e.value)
+
+
+def test_fingerprint_ignores_metadata_and_blank_space():
+    from tpuperf_cli.measure.runner import hlo_fingerprint
+
+    a = matmul_hlo(64)
+    b = a.replace(', metadata={op_name="jit(f)/dot_general"}', "").replace("  ", "    ")
+    assert hlo_fingerprint(a) == hlo_fingerprint(b)
+    assert hlo_fingerprint(a) != hlo_fingerprint(matmul_hlo(65))
+
+
+def test_cache_round_trip(tmp_path):
+    from tpuperf_cli.measure.cache import Cache
+
+    c = Cache(tmp_path / "c")
+    assert c.get("f", "k") is None
+    c.put("f", "k", {"platform": "cpu"}, 12.5, [12.5, 13.0], min_time=0.01)
+    c.put("g", "k", {"platform": "cpu"}, error="compile: nope", error_kind="compile")
+    c.close()
+    c = Cache(tmp_path / "c")  # a new process sees committed rows
+    assert c.get("f", "k")["runtime_ns"] == 12.5 and c.get("f", "k")["runs"] == [12.5, 13.0]
+    assert c.get("g", "k")["error_kind"] == "compile"
+    assert c.get("f", "other-target") is None
+    assert len(c) == 2
+
+
+def test_parse_duration():
+    import click
+
+    from tpuperf_cli.commands.measure import parse_duration
+
+    assert parse_duration("5ms") == pytest.approx(0.005)
+    assert parse_duration("2") == pytest.approx(0.002)
+    assert parse_duration("0.5s") == pytest.approx(0.5)
+    assert parse_duration("300us") == pytest.approx(0.0003)
+    for bad in ("fast", "-1ms", "0"):
+        with pytest.raises(click.BadParameter):
+            parse_duration(bad)
+
+
+# ------------------------------------------------------------------ the tool
+
+def test_stream_gets_fields_cache_hits_on_second_run(tmp_path):
+    recs = [kernel("mm64", matmul_hlo(64), 0, fingerprint="aa", extra_field=[1, 2]),
+            kernel("cc", CUSTOM_CALL, 1, fingerprint="bb"),
+            kernel("ar", ALL_REDUCE, 2),  # no fingerprint: a hash of the text
+            kernel("mm64-again", matmul_hlo(64), 3, fingerprint="aa"),
+            kernel("fusion", FUSION, 4)]
+    data = stream_bytes(recs)
+    p = run_measure([], data, tmp_path)
+    out = records_of(p.stdout)
+    assert len(out) == len(recs)
+    for before, after in zip(recs, out):
+        new = set(after) - set(before)
+        assert new <= {"runtime_ns", "runs", "target", "error"}
+        # everything that was there is unchanged
+        assert {k: after[k] for k in before} == before
+        assert after["target"]["platform"] == "cpu"
+    assert out[0]["runtime_ns"] > 0 and len(out[0]["runs"]) == 3
+    assert "error" not in out[0]
+    assert out[1]["error"].startswith("compile:") and "runtime_ns" not in out[1]
+    assert out[2]["error"].startswith("collective:")
+    assert out[3]["runtime_ns"] == out[0]["runtime_ns"]  # one fingerprint, timed once
+    assert out[4]["runtime_ns"] > 0
+    err = p.stderr.decode()
+    assert "5 kernel(s): 3 measured, 2 failed" in err
+    assert "3 timed now" not in err and "4 timed now, 0 from the cache" in err
+    assert "1 failed: compile" in err and "1 failed: collective" in err
+    cache_file = tmp_path / "xdg" / "tpuperf" / "measurements.sqlite3"
+    assert cache_file.exists()
+
+    p2 = run_measure([], data, tmp_path)
+    out2 = records_of(p2.stdout)
+    assert "0 timed now, 4 from the cache" in p2.stderr.decode()
+    assert [r.get("runtime_ns") for r in out2] == [r.get("runtime_ns") for r in out]
+    assert [r.get("error") for r in out2] == [r.get("error") for r in out]
+
+    p3 = run_measure(["--no-cache"], data, tmp_path)
+    assert "4 timed now, 0 from the cache" in p3.stderr.decode()
+
+
+def test_cache_dir_option_and_files_as_arguments(tmp_path):
+    path = tmp_path / "k.msgpack"
+    path.write_bytes(stream_bytes([kernel("f", FUSION)]))
+    run_measure(["--cache-dir", str(tmp_path / "mine"), str(path)], b"", tmp_path)
+    with sqlite3.connect(tmp_path / "mine" / "measurements.sqlite3") as db:
+        assert db.execute("SELECT COUNT(*) FROM measurement").fetchone()[0] == 1
+
+
+def test_record_without_hlo_is_an_error_after_good_records(tmp_path):
+    data = stream_bytes([kernel("f", FUSION), new_record("kernel", program="t", kernel="x")])
+    p = run_measure(["--no-cache"], data, tmp_path, check=False)
+    assert p.returncode == 1
+    assert "record 2" in p.stderr.decode() and "hlo" in p.stderr.decode()
+    assert "Traceback" not in p.stderr.decode()
+    assert len(records_of(p.stdout)) == 1
+
+
+def test_truncated_input_keeps_good_records(tmp_path):
+    data = stream_bytes([kernel("f", FUSION), kernel("g", matmul_hlo(8), 1)])
+    p = run_measure(["--no-cache"], data[:-20], tmp_path, check=False)
+    assert p.returncode == 1 and "truncated" in p.stderr.decode()
+    assert [r["kernel"] for r in records_of(p.stdout)] == ["f"]
+
+
+def test_ctrl_c_keeps_cache_and_a_valid_stream(tmp_path):
+    recs = [kernel(f"mm{n}", matmul_hlo(n), i) for i, n in enumerate(range(16, 16 + 40))]
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    out_path = tmp_path / "out.msgpack"
+    with open(out_path, "wb") as out:
+        p = subprocess.Popen(MEASURE + ["--backend", "cpu", "--min-time", "20ms"],
+                             stdin=subprocess.PIPE, stdout=out, stderr=subprocess.PIPE, env=env)
+        p.stdin.write(stream_bytes(recs))
+        p.stdin.close()
+        deadline = time.time() + 60
+        while out_path.stat().st_size == 0 and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        err = p.stderr.read().decode()
+        assert p.wait(30) == 130, err
+    assert "interrupted" in err
+    got = list(read_records(str(out_path)))  # valid: no truncated record
+    assert 1 <= len(got) < len(recs)
+    assert all(r["runtime_ns"] > 0 for r in got)
+    with sqlite3.connect(tmp_path / "xdg" / "tpuperf" / "measurements.sqlite3") as db:
+        cached = db.execute("SELECT COUNT(*) FROM measurement").fetchone()[0]
+    assert cached >= len(got)
+    # a second run resumes: what was finished comes from the cache
+    p2 = run_measure([], stream_bytes(recs[: len(got)]), tmp_path)
+    assert f"0 timed now, {len(got)} from the cache" in p2.stderr.decode()
+
+
+def test_help_documents_fields_and_tpu():
+    p = subprocess.run(MEASURE + ["--help"], capture_output=True, text=True)
+    assert p.returncode == 0
+    for word in ("runtime_ns", "target", "--min-time", "--no-cache", "tpuperf[tpu]", "Exit status"):
+        assert word in p.stdout
+
+
+def test_unavailable_backend_is_a_clear_error(tmp_path):
+    p = run_measure(["--backend", "tpu"], stream_bytes([kernel("f", FUSION)]), tmp_path,
+                    check=False)
+    # the last --backend wins: tpu is not present on the test machines
+    assert p.returncode == 1
+    assert "no tpu backend" in p.stderr.decode() and "Traceback" not in p.stderr.decode()

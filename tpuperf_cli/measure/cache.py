@@ -1,0 +1,81 @@
+"""The measurement cache: one sqlite3 file, one row per (fingerprint, target).
+
+Each measurement is committed as soon as it is made, so an interrupted run
+keeps everything it finished and the next run resumes where it stopped.
+Failures are cached too (a compile error does not go away by compiling
+again); `retry_errors` ignores cached failures.
+"""
+
+import json
+import os
+import sqlite3
+import time
+
+from tpuperf_cli.errors import TpuperfError
+
+FILENAME = "measurements.sqlite3"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS measurement (
+    fingerprint TEXT NOT NULL,
+    target_key  TEXT NOT NULL,
+    runtime_ns  REAL,
+    runs        TEXT,
+    error       TEXT,
+    error_kind  TEXT,
+    target      TEXT NOT NULL,
+    min_time    REAL,
+    measured_at REAL NOT NULL,
+    PRIMARY KEY (fingerprint, target_key)
+)
+"""
+
+
+def default_cache_dir():
+    """$XDG_CACHE_HOME/tpuperf, or ~/.cache/tpuperf."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tpuperf")
+
+
+class Cache:
+    """get/put measurements keyed by (fingerprint, target key)."""
+
+    def __init__(self, directory=None):
+        directory = directory or default_cache_dir()
+        try:
+            os.makedirs(directory, exist_ok=True)
+        except OSError as e:
+            raise TpuperfError(f"cache directory {directory}: {e.strerror}") from None
+        self.path = os.path.join(directory, FILENAME)
+        try:
+            self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(_SCHEMA)
+        except sqlite3.Error as e:
+            raise TpuperfError(f"cache {self.path}: {e}") from None
+
+    def get(self, fingerprint, key):
+        """The cached entry as a dict (runtime_ns, runs, error, error_kind,
+        target), or None."""
+        row = self._db.execute(
+            "SELECT runtime_ns, runs, error, error_kind, target FROM measurement "
+            "WHERE fingerprint = ? AND target_key = ?", (fingerprint, key)).fetchone()
+        if row is None:
+            return None
+        runtime_ns, runs, error, error_kind, target = row
+        return {"runtime_ns": runtime_ns, "runs": json.loads(runs) if runs else None,
+                "error": error, "error_kind": error_kind, "target": json.loads(target)}
+
+    def put(self, fingerprint, key, target, runtime_ns=None, runs=None, error=None,
+            error_kind=None, min_time=None):
+        """Store one measurement (or failure) and commit it."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO measurement VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (fingerprint, key, runtime_ns, json.dumps(runs) if runs is not None else None,
+             error, error_kind, json.dumps(target, sort_keys=True), min_time, time.time()))
+
+    def __len__(self):
+        return self._db.execute("SELECT COUNT(*) FROM measurement").fetchone()[0]
+
+    def close(self):
+        self._db.close()

@@ -1,0 +1,323 @@
+"""Time one kernel's standalone HloModule on a real device through XLA.
+
+The path from HLO text to a number, the same for every backend:
+
+1. ``hlo_module_from_text`` parses the kernel's standalone module;
+2. the module goes to an ``XlaComputation`` and then to a StableHLO MLIR
+   module (``xla_computation_to_mlir_module``), the form jaxlib 0.6's PJRT
+   client compiles;
+3. ``client.compile_and_load`` compiles it for one device of the chosen
+   backend, with the ENTRY parameter layouts of the original module passed
+   as ``argument_layouts`` (StableHLO has no layouts of its own);
+4. inputs of the parameters' shapes and dtypes are made on the host and put
+   on the device once (``device_put``);
+5. the executable runs once to warm up, then repeatedly: a run repeats the
+   kernel until it has taken at least ``min_time`` seconds and divides; the
+   runtime is the minimum over ``runs`` runs (the paper's min of 3).
+
+The kernel text is already optimized HLO. Compiling it again runs XLA's
+pipeline a second time; for a one-kernel module that mostly leaves it alone
+(a fusion is the only instruction, there is nothing to fuse it with), but
+the backend may still rewrite it (e.g. layout assignment, or a dot lowered to
+a library call). Fusion passes are left enabled: disabling them would make
+an unfused op compile differently from the way XLA compiles it in a program.
+The per-call dispatch overhead of the PJRT client (a few microseconds on
+CPU) is part of every measured runtime.
+
+Input values: floating-point (and complex) inputs are uniform in [0.5, 1.5):
+positive, so log/sqrt/rsqrt/pow/divide stay finite, and far from denormals,
+which are slow on some CPUs. Integer inputs are all zeros: zero is a valid
+index into every dimension, so every gather, scatter, dynamic-slice and
+dynamic-update-slice stays in bounds whatever the shapes (XLA would clamp or
+skip out-of-bound indices, which changes the work done), and integer
+division by zero is defined in XLA. Booleans are random. The one known
+distortion: on GPU/TPU a scatter whose indices are all equal serialises its
+updates on one location.
+"""
+
+import hashlib
+import json
+import math
+import os
+import platform as _platform
+import re
+import time
+
+__all__ = [
+    "MeasureError", "Measurer", "hlo_fingerprint", "target_key", "pick_backend",
+    "BACKENDS", "COLLECTIVE_OPCODES",
+]
+
+BACKENDS = ("tpu", "gpu", "cpu")
+
+# Ops that need several devices or a host on the other end: a standalone
+# kernel with one of these cannot be timed meaningfully on one device.
+COLLECTIVE_OPCODES = frozenset("""
+all-reduce all-reduce-start all-reduce-done all-gather all-gather-start all-gather-done
+all-to-all collective-permute collective-permute-start collective-permute-done
+reduce-scatter collective-broadcast ragged-all-to-all
+send send-done recv recv-done infeed outfeed partition-id replica-id
+""".split())
+
+_OPCODE_RE = re.compile(r"=\s*\S.*?\s([a-z][a-z0-9\-]*)\(")
+
+
+class MeasureError(Exception):
+    """A kernel that cannot be timed; ``kind`` groups reasons in summaries."""
+
+    def __init__(self, kind, message):
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+
+
+def hlo_fingerprint(text):
+    """A stand-in fingerprint for records without one: sha256 of the text
+    with metadata, names' numeric suffixes and blank space normalised."""
+    t = re.sub(r",?\s*metadata=\{[^{}]*\}", "", text)
+    t = re.sub(r"\s+", " ", t).strip()
+    return hashlib.sha256(t.encode()).hexdigest()[:32]
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return _platform.processor() or _platform.machine() or "unknown cpu"
+
+
+def target_key(target):
+    """A short stable key for a target map (the cache's second key)."""
+    blob = json.dumps(target, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def pick_backend(requested=None):
+    """The backend name to use: the requested one, or the best present
+    (tpu, then gpu, then cpu). Raises MeasureError if the requested backend
+    is not available."""
+    import jax
+
+    if requested and requested != "auto":
+        try:
+            jax.devices(requested)
+        except RuntimeError as e:
+            raise MeasureError("backend", f"no {requested} backend here ({_first_line(e)}); "
+                               f"for tpu install jax[tpu]==0.6.2 (pip install 'tpuperf[tpu]'), "
+                               f"for gpu jax[cuda12]==0.6.2") from None
+        return requested
+    for name in BACKENDS:
+        try:
+            if jax.devices(name):
+                return name
+        except RuntimeError:
+            continue
+    raise MeasureError("backend", "no XLA backend found")
+
+
+def _first_line(e, limit=300):
+    s = str(e).strip().splitlines()
+    s = s[0] if s else type(e).__name__
+    return s if len(s) <= limit else s[:limit] + "..."
+
+
+def _error_text(e, limit=600):
+    """The useful part of an XLA error: its first lines, without MLIR locs."""
+    lines = [l for l in str(e).strip().splitlines() if l.strip()]
+    text = " | ".join(lines[:3]) if lines else type(e).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def entry_opcodes(text):
+    """Opcodes used anywhere in a module's text (cheap scan, no parse)."""
+    ops = set()
+    for line in text.splitlines():
+        m = _OPCODE_RE.search(line)
+        if m:
+            ops.add(m.group(1))
+    return ops
+
+
+class Measurer:
+    """Compiles and times kernels on one device of one backend.
+
+    ``measure(hlo_text)`` returns ``(runtime_ns, runs_ns)`` or raises
+    MeasureError. ``target`` describes the device (the record's target).
+    """
+
+    def __init__(self, backend=None, runs=3, min_time=0.01, max_repeats=1_000_000,
+                 seed=0):
+        import jax
+
+        if runs < 1:
+            raise ValueError("runs must be >= 1")
+        # On CPU run executables inline on the calling thread: no two
+        # executions overlap and a returned call is a finished call.
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+        self.backend = pick_backend(backend)
+        self.device = jax.devices(self.backend)[0]
+        self.client = self.device.client
+        self.runs = runs
+        self.min_time = float(min_time)
+        self.max_repeats = max_repeats
+        self.seed = seed
+        self.target = self._describe()
+        self.key = target_key(self.target)
+
+    # ------------------------------------------------------------ target
+    def _describe(self):
+        import jax
+        import jaxlib
+
+        dev = self.device
+        platform = {"cuda": "gpu", "rocm": "gpu"}.get(dev.platform, dev.platform)
+        target = {
+            "platform": platform,
+            "device_kind": str(dev.device_kind),
+            "chip": _cpu_model() if platform == "cpu" else str(dev.device_kind),
+            "jax": jax.__version__,
+            "jaxlib": jaxlib.__version__,
+        }
+        if platform == "cpu":
+            target["cpu_count"] = os.cpu_count()
+        try:
+            target["platform_version"] = str(self.client.platform_version)
+        except Exception:  # pragma: no cover - depends on the plugin
+            pass
+        return target
+
+    # ------------------------------------------------------------ compile
+    def compile(self, text):
+        """Parse and compile one module; returns (executable, parameter shapes)."""
+        from jax._src.lib import xla_client as xc
+
+        used = entry_opcodes(text)
+        coll = sorted(used & COLLECTIVE_OPCODES)
+        if coll:
+            raise MeasureError("collective", f"{', '.join(coll)} needs other devices or a host "
+                                             f"peer; cannot run alone on one device")
+        try:
+            module = xc._xla.hlo_module_from_text(text)
+        except Exception as e:
+            raise MeasureError("parse", _error_text(e)) from None
+        comp = xc.XlaComputation(module.as_serialized_hlo_module_proto())
+        params = comp.program_shape().parameter_shapes()
+        for i, s in enumerate(params):
+            if s.is_tuple():
+                raise MeasureError("unsupported", f"parameter {i} is a tuple ({s}); "
+                                                  f"only array parameters can be fed")
+            if s.is_token():
+                raise MeasureError("unsupported", f"parameter {i} is a token")
+            if not s.is_static():
+                raise MeasureError("unsupported", f"parameter {i} has a dynamic shape ({s})")
+        try:
+            mlir = xc._xla.mlir.xla_computation_to_mlir_module(comp)
+        except Exception as e:
+            raise MeasureError("convert", _error_text(e)) from None
+        options = xc.CompileOptions()
+        options.num_replicas = 1
+        options.num_partitions = 1
+        layouts = [s for s in params if s.layout() is not None] if params else []
+        if params and len(layouts) == len(params):
+            options.argument_layouts = list(params)
+        try:
+            exe = self.client.compile_and_load(
+                mlir, xc.DeviceList((self.device,)), options)
+        except Exception as e:
+            raise MeasureError("compile", _error_text(e)) from None
+        return exe, params
+
+    # ------------------------------------------------------------ inputs
+    def inputs(self, params):
+        """Device arrays for the parameter shapes (see the module docstring)."""
+        import jax
+        import numpy as np
+
+        rng = np.random.default_rng(self.seed)
+        arrays = []
+        for s in params:
+            dtype = np.dtype(s.numpy_dtype())
+            dims = tuple(s.dimensions())
+            kind = dtype.kind
+            if dtype == np.bool_:
+                host = rng.random(dims) < 0.5
+            elif kind in "iu":
+                host = np.zeros(dims, dtype)
+            elif kind == "c":
+                host = (rng.uniform(0.5, 1.5, dims) + 1j * rng.uniform(0.5, 1.5, dims)).astype(dtype)
+            elif kind == "f" or dtype.name.startswith(("bfloat", "float")):
+                host = rng.uniform(0.5, 1.5, dims).astype(np.float32).astype(dtype)
+            else:
+                raise MeasureError("unsupported", f"cannot make inputs of type {dtype} ({s})")
+            arrays.append(self._put(host, s))
+        for a in arrays:
+            a.block_until_ready()
+        return arrays
+
+    def _put(self, host, shape):
+        """One host array onto the device, in the parameter's layout when that
+        is not the default one. The client's own buffer_from_pyval keeps
+        64-bit types as they are (jax.device_put would narrow them unless
+        x64 mode is on)."""
+        import jax
+
+        m2m = tuple(shape.layout().minor_to_major()) if shape.layout() is not None else ()
+        default = tuple(range(len(host.shape) - 1, -1, -1))
+        if len(host.shape) > 1 and m2m and m2m != default:
+            try:
+                from jax.experimental import enable_x64
+                from jax.experimental.layout import DeviceLocalLayout, Format
+                from jax.sharding import SingleDeviceSharding
+
+                fmt = Format(DeviceLocalLayout(major_to_minor=tuple(reversed(m2m))),
+                             SingleDeviceSharding(self.device))
+                with enable_x64():
+                    return jax.device_put(host, fmt)
+            except Exception:
+                pass  # fall back to the default layout; PJRT relayouts if it must
+        return self.client.buffer_from_pyval(host, self.device, force_copy=True)
+
+    # ------------------------------------------------------------ timing
+    def _time(self, exe, args, n):
+        clock = time.perf_counter_ns
+        execute = exe.execute
+        t0 = clock()
+        for _ in range(n):
+            out = execute(args)
+            for o in out:
+                o.block_until_ready()
+        return clock() - t0
+
+    def measure(self, text):
+        """(runtime_ns, [run_ns, ...]) for one module's text."""
+        exe, params = self.compile(text)
+        try:
+            args = self.inputs(params)
+        except MeasureError:
+            raise
+        except Exception as e:
+            raise MeasureError("inputs", _error_text(e)) from None
+        try:
+            first = self._time(exe, args, 1)  # warm-up: first-touch, caches, lazy init
+            probe = self._time(exe, args, 1)
+            target_ns = self.min_time * 1e9
+            n = 1
+            elapsed = max(min(first, probe), 1)
+            # grow the repeat count until one run passes min_time
+            while elapsed < target_ns and n < self.max_repeats:
+                n = min(self.max_repeats, max(2 * n, math.ceil(n * 1.1 * target_ns / elapsed)))
+                elapsed = max(self._time(exe, args, n), 1)
+            runs = [elapsed / n]
+            for _ in range(self.runs - 1):
+                runs.append(self._time(exe, args, n) / n)
+        except MeasureError:
+            raise
+        except Exception as e:
+            raise MeasureError("run", _error_text(e)) from None
+        finally:
+            del args
+        runs = [float(r) for r in runs[: self.runs]]
+        return min(runs), runs
