@@ -86,7 +86,8 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
     baseline (`tpuperf baseline --help`) from --baseline, or from the
     records' baseline_ns when they carry it (`tpuperf baseline apply`),
     and for tile data XLA's own choice ("xla-default", the config marked
-    is_default; Tile-Size APE and top-1 only).
+    is_default; Tile-Size APE and top-1 only; with no other predictor,
+    eval shows just that).
 
     --summary prints one row per predictor instead (median and mean over
     programs; for tile data the mean and the pooled values), the compact
@@ -114,8 +115,6 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
     from tpuperf_cli.eval import report
     from tpuperf_cli.stream import read_many
 
-    if not models and not predicted and not baseline_path:
-        raise click.UsageError("nothing to evaluate: give --model, --predicted or --baseline")
     d = report.EvalData(read_many(list(data) + list(files)))
     if len(d) == 0:
         raise TpuperfError("no measured records (records need runtime_ns; "
@@ -147,6 +146,10 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
         predictions["xla-default"] = report.default_choice(d)
         choice_only.append("xla-default")
 
+    if not predictions:
+        raise click.UsageError("nothing to evaluate: give --model, --predicted or --baseline"
+                               + ("" if chosen_task == "tile" else
+                                  " (or tile data with is_default configs)"))
     try:
         result = report.evaluate(d, predictions, chosen_task, min_us * 1000.0, choice_only)
     except ValueError as e:
