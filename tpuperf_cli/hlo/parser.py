@@ -65,9 +65,9 @@ CALL_ATTRS = ("calls", "to_apply", "body", "condition", "branch_computations",
 SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
 
 _NAME = r"[A-Za-z_][\w.\-]*"
-_RE_INSTR = re.compile(r"[ \t]*(ROOT[ \t]+)?%?(" + _NAME + r")[ \t]*=[ \t]*")
+_RE_INSTR = re.compile(r"[ \t]*(ROOT[ \t]+)?%?(" + _NAME + r")[ \t]*=\s*")
 _RE_ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]\n]*)\](\{[^}\n]*\})?")
-_RE_OPCODE = re.compile(r"[ \t]*([a-z][a-z0-9\-]*)[ \t]*\(")
+_RE_OPCODE = re.compile(r"\s*([a-z][a-z0-9\-]*)\s*\(")
 _RE_COMP = re.compile(r"[ \t]*(ENTRY[ \t]+)?%?(" + _NAME + r")[ \t]*(.*?)[ \t]*\{[ \t]*$")
 _RE_HEADER = re.compile(r"[ \t]*HloModule[ \t]+%?([^\s,]+)[ \t]*(?:,[ \t]*(.*))?$")
 _RE_CALLEE = re.compile(r"%?(" + _NAME + r")")
@@ -89,6 +89,20 @@ class _Unterminated(Exception):
         self.opener = opener
 
 
+
+
+def async_base(opcode):
+    """For XLA's async sugar (`negate-start`, `fusion-update`,
+    `custom-call-done`: an async-start/-update/-done wrapping one op), the
+    wrapped opcode; None for any other opcode."""
+    for suffix in ("-start", "-update", "-done"):
+        if opcode.endswith(suffix):
+            base = opcode[: -len(suffix)]
+            if base in OPCODES:
+                return base
+    return None
+
+
 # ---------------------------------------------------------------- brackets
 
 def _match(s, pos, tokens=_RE_TOKENS):
@@ -97,7 +111,7 @@ def _match(s, pos, tokens=_RE_TOKENS):
     Raises _Unterminated when the text ends first, ParseError-ready
     (pos, message) tuples via ValueError for a mismatched bracket.
     """
-    stack = [s[pos]]
+    stack = [(s[pos], pos)]
     for m in tokens.finditer(s, pos + 1):
         t = m.group()
         c = t[0]
@@ -106,14 +120,14 @@ def _match(s, pos, tokens=_RE_TOKENS):
                 raise _Unterminated(m.start(), '"')
             continue
         if c in "([{":
-            stack.append(c)
+            stack.append((c, m.start()))
         elif c in ")]}":
-            if _CLOSE[stack[-1]] != c:
-                raise ValueError((m.start(), f"expected '{_CLOSE[stack[-1]]}', found '{c}'"))
-            stack.pop()
+            opener, at = stack.pop()
+            if _CLOSE[opener] != c:
+                raise ValueError((m.start(), f"expected '{_CLOSE[opener]}' to close '{opener}', found '{c}'"))
             if not stack:
                 return m.start()
-    raise _Unterminated(pos, stack[-1])
+    raise _Unterminated(stack[-1][1], stack[-1][0])
 
 
 def _split_top(s, start=0, end=None):
@@ -124,7 +138,7 @@ def _split_top(s, start=0, end=None):
     if end is None:
         end = len(s)
     pieces = []
-    depth = 0
+    stack = []
     last = start
     for m in _RE_TOKENS.finditer(s, start, end):
         c = m.group()[0]
@@ -132,16 +146,18 @@ def _split_top(s, start=0, end=None):
             if len(m.group()) == 1:
                 raise _Unterminated(m.start(), '"')
         elif c in "([{":
-            depth += 1
+            stack.append((c, m.start()))
         elif c in ")]}":
-            depth -= 1
-            if depth < 0:
+            if not stack:
                 raise ValueError((m.start(), f"unexpected '{c}'"))
-        elif depth == 0:  # a comma
+            opener, at = stack.pop()
+            if _CLOSE[opener] != c:
+                raise ValueError((m.start(), f"expected '{_CLOSE[opener]}' to close '{opener}', found '{c}'"))
+        elif not stack:  # a comma
             pieces.append((last, s[last:m.start()]))
             last = m.end()
-    if depth > 0:
-        raise _Unterminated(start, "(")
+    if stack:
+        raise _Unterminated(stack[-1][1], stack[-1][0])
     pieces.append((last, s[last:end]))
     out = []
     for off, p in pieces:
@@ -389,7 +405,7 @@ class _Parser:
                     closer = '"' if e.opener == '"' else _CLOSE[e.opener]
                     where = "end of line" if nxt < len(self.lines) else "end of file"
                     self.error(ln, col, f"expected '{closer}' to close '{e.opener}' before {where}")
-                line = line + " " + self.lines[nxt].strip()
+                line = line + "\n" + self.lines[nxt]
                 joined += 1
             except ValueError as e:
                 if e.args and isinstance(e.args[0], tuple):
@@ -433,7 +449,7 @@ class _Parser:
         if not om:
             raise ValueError((pos, "expected an opcode followed by '(' after the shape"))
         opcode = om.group(1)
-        if opcode not in OPCODES:
+        if opcode not in OPCODES and async_base(opcode) is None:
             raise ValueError((om.start(1), f"unknown opcode '{opcode}'"))
         open_ = om.end() - 1
         instr = Instruction(name, opcode, shape, [], is_root=is_root, line=lineno)

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 
 from tpuperf_cli.hlo import attrs as A
-from tpuperf_cli.hlo.parser import CALL_ATTRS
+from tpuperf_cli.hlo.parser import CALL_ATTRS, OPCODES, async_base
 
 # Instructions that are not kernels: they move no data or only orchestrate.
 NOT_KERNELS = frozenset({
@@ -61,11 +61,26 @@ class Kernel:
 
     @property
     def opcode(self):
-        return self.instruction.opcode
+        return work_opcode(self.instruction)
 
     @property
     def fusion_kind(self):
         return self.instruction.fusion_kind
+
+
+def work_opcode(ins):
+    """The opcode of the work an instruction does as a kernel, or None if it
+    is not a kernel. For XLA's async sugar (`negate-start`), the wrapped op."""
+    op = ins.opcode
+    if op in OPCODES:
+        return None if op in NOT_KERNELS else op
+    if op.endswith("-start"):
+        return async_base(op)
+    return None
+
+
+def _async_sugar(ins):
+    return ins.opcode not in OPCODES and ins.opcode.endswith("-start")
 
 
 def find_kernels(module, warn=None):
@@ -111,7 +126,7 @@ def find_kernels(module, warn=None):
             elif op in ("call", "async-start"):
                 for c in ins.called:
                     visit(comps[c], mult, known, depth + 1)
-            elif op not in NOT_KERNELS:
+            elif work_opcode(ins) is not None:
                 key = (comp.name, ins.name)
                 k = found.get(key)
                 if k is None:
@@ -161,15 +176,24 @@ def _signature(params, root_shape):
 def _print_instruction(ins, iname, cname, normalize, is_root=None, operands=None):
     root = ins.is_root if is_root is None else is_root
     op = ins.opcode
+    shape = ins.shape
+    if _async_sugar(ins):
+        # `negate-start` stands for an async-start wrapping a negate: its
+        # kernel is the negate, with the wrapped op's result shape.
+        op = async_base(op)
+        if shape.is_tuple and len(shape.tuple_shapes) >= 2:
+            shape = shape.tuple_shapes[1]
     if op == "constant":
         inner = ins.literal
     elif op == "parameter":
         inner = str(ins.parameter_number)
     else:
         inner = ", ".join("%" + iname(o) for o in (operands or ins.operands))
-    parts = [f"{'ROOT ' if root else ''}%{iname(ins.name)} = {ins.shape.text} {op}({inner})"]
+    parts = [f"{'ROOT ' if root else ''}%{iname(ins.name)} = {shape.text} {op}({inner})"]
     for key, value in ins.attrs.items():
         if key in _DROP_ATTRS or (normalize and key in _DROP_FINGERPRINT):
+            continue
+        if op is not ins.opcode and key == "async_execution_thread":
             continue
         if key in CALL_ATTRS:
             if value.startswith("{"):
@@ -253,7 +277,10 @@ def kernel_module(module, kernel, normalize=False):
     for c in called:
         out.append(_print_computation(module.computations[c], cname, normalize))
         out.append("")
-    out.append(f"ENTRY %{entry_name} {_signature(params, ins.shape)} {{")
+    root_shape = ins.shape
+    if _async_sugar(ins) and root_shape.is_tuple and len(root_shape.tuple_shapes) >= 2:
+        root_shape = root_shape.tuple_shapes[1]
+    out.append(f"ENTRY %{entry_name} {_signature(params, root_shape)} {{")
     out.extend(lines)
     out.append("}")
     out.append("")
