@@ -1,0 +1,464 @@
+"""hlo-split: kernels, counts, standalone modules and the tool, checked against
+XLA's own parser (jaxlib's hlo_module_from_text and the HloModuleProto it
+serialises) rather than against our own reading of the text."""
+
+import glob
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from tpuperf_cli.hlo.parser import parse_module
+from tpuperf_cli.hlo.split import find_kernels, fingerprint, kernel_module, kernel_records
+from tpuperf_cli.stream import read_records
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "hlo"
+EXAMPLES = sorted(glob.glob(str(ROOT / "examples" / "hlo" / "*.hlo")))
+TPU_SAMPLE = pathlib.Path("/work/shared/data/tpu_tile_sample.json")
+HLO_SPLIT = [sys.executable, "-m", "tpuperf_cli", "hlo-split"]
+
+
+# ---------------------------------------------------------------- XLA's view
+
+def _varint(buf, i):
+    shift = value = 0
+    while True:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, i
+
+
+def _fields(buf):
+    """(field number, value) pairs of one protobuf message."""
+    i = 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = _varint(buf, i)
+        elif wire == 1:
+            value, i = buf[i:i + 8], i + 8
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            value, i = buf[i:i + n], i + n
+        elif wire == 5:
+            value, i = buf[i:i + 4], i + 4
+        else:
+            raise ValueError(f"wire type {wire}")
+        yield number, wire, value
+
+
+def _ints(wire, value):
+    if wire == 0:
+        return [value]
+    out, i = [], 0
+    while i < len(value):
+        v, i = _varint(value, i)
+        out.append(v)
+    return out
+
+
+def xla_view(text):
+    """What XLA's parser makes of a module, from its HloModuleProto
+    (xla/service/hlo.proto): {computation name: {"root": name, "entry": bool,
+    "instrs": {name: {"opcode", "operands", "called", "backend_config",
+    "fusion_kind"}}}}."""
+    from jax._src.lib import xla_client as xc
+
+    proto = xc._xla.hlo_module_from_text(text).as_serialized_hlo_module_proto()
+    entry_id = 0                # proto3 leaves zero values out
+    comps = []
+    for number, wire, value in _fields(proto):
+        if number == 6:
+            entry_id = value
+        elif number == 3:
+            comp = {"instrs": [], "id": 0, "root_id": 0, "name": None}
+            for n2, w2, v2 in _fields(value):
+                if n2 == 1:
+                    comp["name"] = v2.decode()
+                elif n2 == 5:
+                    comp["id"] = v2
+                elif n2 == 6:
+                    comp["root_id"] = v2
+                elif n2 == 2:
+                    ins = {"operands": [], "called": [], "backend_config": b"", "fusion_kind": "",
+                           "id": 0}
+                    for n3, w3, v3 in _fields(v2):
+                        if n3 == 1:
+                            ins["name"] = v3.decode()
+                        elif n3 == 2:
+                            ins["opcode"] = v3.decode()
+                        elif n3 == 35:
+                            ins["id"] = v3
+                        elif n3 == 36:
+                            ins["operands"] += _ints(w3, v3)
+                        elif n3 == 38:
+                            ins["called"] += _ints(w3, v3)
+                        elif n3 == 43:
+                            ins["backend_config"] = v3
+                        elif n3 == 11:
+                            ins["fusion_kind"] = v3.decode()
+                    comp["instrs"].append(ins)
+            comps.append(comp)
+    comp_names = {c["id"]: c["name"] for c in comps}
+    view = {}
+    for c in comps:
+        ids = {i["id"]: i["name"] for i in c["instrs"]}
+        view[c["name"]] = {
+            "entry": c["id"] == entry_id,
+            "root": ids[c["root_id"]],
+            "instrs": {i["name"]: {"opcode": i["opcode"],
+                                   "operands": [ids[o] for o in i["operands"]],
+                                   "called": [comp_names[x] for x in i["called"]],
+                                   "backend_config": i["backend_config"],
+                                   "fusion_kind": i["fusion_kind"]}
+                       for i in c["instrs"]},
+            "order": [i["name"] for i in c["instrs"]],
+        }
+    return view
+
+
+# The kernel rules, written again over XLA's view (independent of split.py).
+_NOT_WORK = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "while",
+             "conditional", "call", "async-start", "async-update", "async-done", "after-all",
+             "add-dependency", "opt-barrier", "domain", "all-gather-done", "all-reduce-done",
+             "collective-permute-done", "copy-done", "send-done", "recv-done"}
+
+
+def reference_kernels(view):
+    """{(computation, instruction): [opcode, count, count_known]} from XLA's view."""
+    out = {}
+    entry = next(n for n, c in view.items() if c["entry"])
+
+    def trip(ins):
+        try:
+            return int(json.loads(ins["backend_config"] or b"{}")["known_trip_count"]["n"])
+        except (KeyError, ValueError, TypeError):
+            return None
+
+    def visit(name, mult, known):
+        comp = view[name]
+        for iname in comp["order"]:
+            ins = comp["instrs"][iname]
+            op = ins["opcode"]
+            if op == "while":
+                body, cond = ins["called"]          # XLA: body first, then condition
+                n = trip(ins)
+                visit(cond, mult * (n + 1) if n is not None else mult, known and n is not None)
+                visit(body, mult * n if n is not None else mult, known and n is not None)
+            elif op == "conditional":
+                for c in ins["called"]:
+                    visit(c, mult, False)
+            elif op in ("call", "async-start"):
+                for c in ins["called"]:
+                    visit(c, mult, known)
+            elif op not in _NOT_WORK:
+                key = (name, iname)
+                if key in out:
+                    out[key][1] += mult
+                    out[key][2] = out[key][2] and known
+                else:
+                    out[key] = [op, mult, known]
+
+    visit(entry, 1, True)
+    return out
+
+
+def _ours(module, view=None):
+    out = {}
+    for k in find_kernels(module):
+        key = (k.computation.name, k.instruction.name)
+        if k.instruction.opcode != k.opcode and k.instruction.opcode.endswith("-start"):
+            # async sugar (`negate-start`): XLA builds an async-start calling a
+            # wrapped computation whose root is the op that does the work
+            wrapped = view[key[0]]["instrs"][key[1]]["called"][0]
+            key = (wrapped, view[wrapped]["root"])
+        out[key] = [k.opcode, k.count, k.count_known]
+    return out
+
+
+def _entry(view):
+    return next(c for c in view.values() if c["entry"])
+
+
+def _check_program(text, name):
+    """Kernels equal XLA's; every standalone module parses in XLA, has the
+    kernel's opcode at its root and the same ops inside."""
+    module = parse_module(text, name)
+    view = xla_view(text)
+    ours = _ours(module, view)
+    assert ours == reference_kernels(view), name
+    kernels = find_kernels(module)
+    assert [k.index for k in kernels] == list(range(len(kernels)))
+    assert len({k.name for k in kernels}) == len(kernels)
+    for k in kernels:
+        text_k = kernel_module(module, k)
+        kview = xla_view(text_k)            # raises if XLA cannot parse it
+        root = _entry(kview)["instrs"][_entry(kview)["root"]]
+        assert root["opcode"] == k.opcode
+        orig = view[k.computation.name]["instrs"][k.instruction.name]
+        if orig["opcode"] == "async-start":
+            wrapped = view[orig["called"][0]]
+            orig = wrapped["instrs"][wrapped["root"]]
+        assert len(root["operands"]) == len(orig["operands"])
+        # the same computations, with the same instructions, come along
+        for c in orig["called"]:
+            assert sorted(kview[c]["instrs"]) == sorted(view[c]["instrs"]), (name, k.name, c)
+            for i, ins in view[c]["instrs"].items():
+                assert kview[c]["instrs"][i]["opcode"] == ins["opcode"]
+        if k.opcode == "fusion":
+            fused = orig["called"][0]
+            assert len(kview[fused]["instrs"]) == len(view[fused]["instrs"])
+            assert root["fusion_kind"] == orig["fusion_kind"]
+    return module, kernels
+
+
+# ---------------------------------------------------------------- programs
+
+@pytest.mark.skipif(not EXAMPLES, reason="examples/hlo/*.hlo not generated yet")
+@pytest.mark.parametrize("path", EXAMPLES, ids=[os.path.basename(p) for p in EXAMPLES])
+def test_example_program_splits_like_xla(path):
+    text = pathlib.Path(path).read_text()
+    module, kernels = _check_program(text, path)
+    assert kernels, "a program without kernels"
+    records = list(kernel_records(module, program="p"))
+    assert len(records) == len(kernels)
+    for r in records:
+        assert re.fullmatch(r"[0-9a-f]{32}", r["fingerprint"])
+        assert r["count"] >= 1
+
+
+def test_jax_program_with_loops_conditionals_and_sort():
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+
+    def f(x, w):
+        y = jax.lax.fori_loop(0, 7, lambda i, c: jnp.tanh(c @ w) + i, x)
+        z = jax.lax.cond(y.sum() > 0, lambda a: a * 2, lambda a: a - 1, y)
+        inner = jax.lax.fori_loop(0, 3, lambda i, c: jax.lax.fori_loop(
+            0, 5, lambda j, d: jnp.sin(d) * j, c), z)
+        return jnp.sort(inner, axis=1), jnp.argmax(z, axis=0)
+
+    x = jnp.ones((8, 8))
+    text = jax.jit(f).lower(x, x).compile().as_text()
+    module, kernels = _check_program(text, "jax")
+    counts = sorted({k.count for k in kernels})
+    assert 7 in counts and 15 in counts          # 7 trips; 3 x 5 nested
+    assert any(not k.count_known for k in kernels)   # the conditional's branches
+    cond_kernels = [k for k in kernels if k.count == 8]  # a 7-trip loop's condition
+    assert cond_kernels
+
+
+def test_gpu_style_fixture():
+    text = (DATA / "gpu_style.hlo").read_text()
+    module, kernels = _check_program(text, "gpu_style.hlo")
+    by = {k.name: k for k in kernels}
+    assert by["cond/lt"].count == 5 and by["cond/lt"].count_known      # trip 4: 5 tests
+    assert by["body/v.next"].count == 4 and by["body/v.next"].fusion_kind == "kLoop"
+    assert not by["body.2/tanh.2"].count_known                         # no known_trip_count
+    assert not by["on_true/sine"].count_known and not by["on_false/cosine"].count_known
+    assert by["called/abs"].count == 1 and by["called/abs"].count_known
+    assert by["start"].opcode == "negate"                              # negate-start sugar
+    assert by["gemm"].opcode == "custom-call" and by["rowsum"].fusion_kind == "kInput"
+    assert "control-predecessors" not in kernel_module(module, by["rowsum"])
+    assert "__cublas$gemm" in kernel_module(module, by["gemm"])
+    # not kernels: parameters, constants, tuples, gte, while, conditional, call, -done
+    names = set(by)
+    for n in ("a", "dot", "init", "loop", "branch", "done", "called.r", "result", "big.const"):
+        assert n not in names
+
+
+def test_tpu_style_fixture_keeps_tiled_layouts():
+    module = parse_module((DATA / "tpu_style.hlo").read_text(), "tpu_style.hlo")
+    (k,) = find_kernels(module)
+    assert (k.opcode, k.fusion_kind, k.count) == ("fusion", "kOutput", 1)
+    text = kernel_module(module, k)
+    assert "bf16[8,128,256]{2,1,0:T(8,128)(2,1)} parameter(0)" in text
+    assert "f32[256]{0:T(256)S(1)} parameter(1)" in text
+    assert "s32[]{:T(128)S(6)} parameter(2)" in text
+    xla_view(text)
+
+
+@pytest.mark.skipif(not TPU_SAMPLE.exists(), reason="no TPU sample data")
+def test_tpu_sample_kernels_split_into_their_one_kernel():
+    for item in json.loads(TPU_SAMPLE.read_text()):
+        module = parse_module(item["hlo"], "tpu")
+        kernels = find_kernels(module)
+        assert len(kernels) == 1
+        (k,) = kernels
+        assert k.instruction is module.entry.root
+        assert k.count == 1 and k.count_known
+        _check_program(item["hlo"], "tpu")
+        text = kernel_module(module, k)
+        assert ":T(8,128)" in text
+        # the standalone module splits again into the same kernel
+        again = parse_module(text, "again")
+        (k2,) = find_kernels(again)
+        assert fingerprint(again, k2) == fingerprint(module, k)
+
+
+# ---------------------------------------------------------------- fingerprints
+
+_KERNEL = """HloModule m
+
+%f (p0: f32[8,8], p1: f32[8,8]) -> f32[8,8] {
+  %p0 = f32[8,8]{1,0} parameter(0)
+  %p1 = f32[8,8]{1,0} parameter(1)
+  ROOT %m = f32[8,8]{1,0} multiply(%p0, %p1), metadata={op_name="a"}
+}
+
+ENTRY %main (x: f32[8,8], y: f32[8,8]) -> f32[8,8] {
+  %x = f32[8,8]{1,0} parameter(0)
+  %y = f32[8,8]{1,0} parameter(1)
+  ROOT %fusion = f32[8,8]{1,0} fusion(%x, %y), kind=kLoop, calls=%f, metadata={op_name="b"}
+}
+"""
+
+
+def _fp(text):
+    m = parse_module(text)
+    (k,) = find_kernels(m)
+    return fingerprint(m, k)
+
+
+def test_fingerprint_ignores_names_and_metadata():
+    renamed = (_KERNEL.replace("%f", "%fused_computation.12").replace("%m ", "%mul.3 ")
+               .replace("%fusion", "%multiply_fusion.7").replace('op_name="a"', 'op_name="zzz"')
+               .replace("%x", "%Arg_0.1").replace('op_name="b"', 'op_type="Mul"'))
+    assert _fp(renamed) == _fp(_KERNEL)
+
+
+def test_fingerprint_sees_shapes_layouts_and_ops():
+    base = _fp(_KERNEL)
+    assert _fp(_KERNEL.replace("multiply(", "add(")) != base
+    assert _fp(_KERNEL.replace("f32[8,8]{1,0}", "f32[8,8]{0,1}")) != base
+    assert _fp(_KERNEL.replace("f32", "bf16")) != base
+
+
+def test_repeated_operand_gets_one_parameter():
+    text = _KERNEL.replace("fusion(%x, %y)", "fusion(%x, %x)")
+    m = parse_module(text)
+    (k,) = find_kernels(m)
+    out = kernel_module(m, k)
+    assert out.count("parameter(") == 2 + 1     # two in %f, one in ENTRY
+    assert "fusion(%arg.0, %arg.0)" in out
+    xla_view(out)
+
+
+def test_computation_called_twice_adds_counts():
+    text = """HloModule m
+%sub (a: f32[4]) -> f32[4] {
+  %a = f32[4]{0} parameter(0)
+  ROOT %e = f32[4]{0} exponential(%a)
+}
+ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %c1 = f32[4]{0} call(%x), to_apply=%sub
+  ROOT %c2 = f32[4]{0} call(%c1), to_apply=%sub
+}
+"""
+    m = parse_module(text)
+    (k,) = find_kernels(m)
+    assert (k.name, k.count) == ("sub/e", 2)
+    assert _ours(m) == reference_kernels(xla_view(text))
+
+
+# ---------------------------------------------------------------- the tool
+
+def _run(args, input=None):
+    return subprocess.run(HLO_SPLIT + args, input=input, capture_output=True, cwd=ROOT)
+
+
+def test_cli_writes_kernel_records():
+    from tpuperf_cli.cli import load_command
+
+    result = CliRunner().invoke(load_command("hlo-split"), [str(DATA / "gpu_style.hlo")])
+    assert result.exit_code == 0, result.output
+    import io
+
+    records = list(read_records(io.BytesIO(result.stdout_bytes)))
+    assert len(records) == 17
+    r = records[0]
+    assert r["type"] == "kernel" and r["v"] == 1
+    assert set(r) >= {"program", "kernel", "index", "count", "count_known", "hlo", "opcode",
+                      "fusion_kind", "fingerprint", "computation"}
+    assert r["program"] == "gpu_style"
+    assert [x["index"] for x in records] == list(range(17))
+
+
+def test_cli_stdin_program_name_and_summary():
+    text = (DATA / "tpu_style.hlo").read_bytes()
+    p = _run(["-", "--program", "tpu", "--summary"], input=text)
+    assert p.returncode == 0, p.stderr
+    import io
+
+    (r,) = list(read_records(io.BytesIO(p.stdout)))
+    assert r["program"] == "tpu" and r["kernel"] == "fusion.77" and r["fusion_kind"] == "kOutput"
+    assert b"1 kernels" in p.stderr and b"fusion.77" in p.stderr
+    p = _run([], input=text)
+    (r,) = list(read_records(io.BytesIO(p.stdout)))
+    assert r["program"] == "fusion.77"      # the HloModule name when reading stdin
+
+
+def test_cli_warns_about_unknown_trip_counts():
+    p = _run([str(DATA / "gpu_style.hlo")])
+    assert p.returncode == 0
+    assert b"loop.2" in p.stderr and b"known_trip_count" in p.stderr
+    assert _run(["-q", str(DATA / "gpu_style.hlo")]).stderr == b""
+
+
+def test_cli_several_files_and_zstd(tmp_path):
+    import zstandard
+
+    z = tmp_path / "prog.hlo.zst"
+    z.write_bytes(zstandard.ZstdCompressor().compress((DATA / "tpu_style.hlo").read_bytes()))
+    p = _run(["-q", str(DATA / "gpu_style.hlo"), str(z)])
+    assert p.returncode == 0, p.stderr
+    import io
+
+    progs = [r["program"] for r in read_records(io.BytesIO(p.stdout))]
+    assert progs == ["gpu_style"] * 17 + ["prog"]
+    p = _run(["--program", "x", str(DATA / "gpu_style.hlo"), str(z)])
+    assert p.returncode == 2 and b"one input" in p.stderr
+
+
+def test_cli_closed_pipe_is_quiet():
+    big = EXAMPLES[-1] if EXAMPLES else str(DATA / "gpu_style.hlo")
+    cmd = " ".join(HLO_SPLIT) + f" '{big}' | head -c 100 > /dev/null"
+    p = subprocess.run(["bash", "-c", "set -o pipefail; " + cmd], capture_output=True, cwd=ROOT)
+    assert b"Traceback" not in p.stderr and b"Error" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("name,where,what", [
+    ("truncated", r":34:3:", "expected '}' to close computation 'body'"),
+    ("unbalanced", r":5:44:", "expected '}' to close '{'"),
+    ("unknown_opcode", r":5:23:", "unknown opcode 'frobnicate'"),
+    ("bad_shape", r":4:12:", "bad dimension 'x'"),
+    ("empty", r":1:1:", "empty input"),
+    ("no_entry", r":1:1:", "no ENTRY computation"),
+])
+def test_cli_malformed_input_exits_2_with_position(name, where, what):
+    path = DATA / f"{name}.hlo"
+    p = _run([str(path)])
+    err = p.stderr.decode()
+    assert p.returncode == 2, err
+    assert "Traceback" not in err
+    assert err.startswith("hlo-split: error: ") or "error: " in err
+    assert f"{path}{where}" in err, err
+    assert what in err, err
+    assert p.stdout == b""
+
+
+def test_cli_missing_file_exits_1():
+    p = _run(["/nonexistent/x.hlo"])
+    assert p.returncode in (1, 2) and b"Traceback" not in p.stderr
+    assert b"x.hlo" in p.stderr
