@@ -75,8 +75,12 @@ class _Progress:
               help="Measure again kernels whose cached measurement failed.")
 @click.option("--progress/--no-progress", default=None,
               help="Show a progress bar on stderr [default: when stderr is a terminal].")
+@click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
+              metavar="SECONDS",
+              help="Give up on a kernel (error kind timeout) after this long.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary on stderr.")
-def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, progress, quiet):
+def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, progress, timeout,
+        quiet):
     """Time kernels on a real device through XLA and add their runtimes.
 
     Reads kernel records (hlo-split) or graph records (featurize) from the
@@ -147,13 +151,13 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
     """
     from tpuperf_cli.measure import MeasureSession
     from tpuperf_cli.measure.cache import Cache
-    from tpuperf_cli.measure.runner import MeasureError, Measurer
+    from tpuperf_cli.measure.runner import IsolatedMeasurer, MeasureError
     from tpuperf_cli.stream import RecordWriter, read_records
 
     prog = click.get_current_context().info_name or "measure"
     seconds = parse_duration(min_time)
     try:
-        measurer = Measurer(backend, runs=runs, min_time=seconds)
+        measurer = IsolatedMeasurer(backend, runs=runs, min_time=seconds, timeout=timeout)
     except MeasureError as e:
         raise TpuperfError(str(e).split(": ", 1)[1]) from None
     cache = None if no_cache else Cache(cache_dir)
@@ -187,6 +191,7 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
             bar.step(str(record.get("kernel", "")))
     finally:
         bar.close()
+        measurer.close()
         try:
             writer.flush()
         except BrokenPipeError:

@@ -44,6 +44,7 @@ import re
 import time
 
 __all__ = [
+    "IsolatedMeasurer", "prepare", "worker_main",
     "MeasureError", "Measurer", "hlo_fingerprint", "target_key", "pick_backend",
     "BACKENDS", "COLLECTIVE_OPCODES",
 ]
@@ -139,6 +140,69 @@ def entry_opcodes(text):
         if m:
             ops.add(m.group(1))
     return ops
+
+
+_COMP_HEADER_RE = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*\))?\s*(->.*)?\{\s*$")
+_CALLS_RE = re.compile(r"\bcalls=%?([\w.\-]+)")
+_BITCAST_RE = re.compile(r"(\s)bitcast\(")
+
+
+def _computations(text):
+    """Split module text into (header lines, [(name, is_entry, lines)])."""
+    header, comps, cur = [], [], None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if cur is None:
+            m = _COMP_HEADER_RE.match(stripped) if stripped.endswith("{") else None
+            if m and not stripped.startswith("HloModule"):
+                cur = (m.group(2), bool(m.group(1)), [line])
+                continue
+            if comps or stripped.startswith("HloModule"):
+                header.append(line)
+            continue
+        cur[2].append(line)
+        if stripped == "}":
+            comps.append(cur)
+            cur = None
+    return header, comps
+
+
+def prepare(text):
+    """Rewrite a kernel module so XLA compiles it from StableHLO.
+
+    Two rewrites, both keeping the work the kernel does:
+
+    * a module whose ENTRY only feeds its parameters to one fusion becomes
+      the fused computation itself (marked ENTRY): the StableHLO importer
+      keeps a fusion as an `mhlo.fusion` region without the layouts of its
+      instructions, which XLA:CPU then aborts on (a CHECK failure, not an
+      error); the fused ops compiled plainly are re-fused by XLA's pipeline;
+    * `bitcast` (after layout assignment, a reshape that moves no data)
+      becomes `reshape`: the importer gives a bitcast the wrong layout
+      attributes and compilation fails.
+    """
+    header, comps = _computations(text)
+    if not comps or not header or not header[0].lstrip().startswith("HloModule"):
+        return text  # not the layout we know: let the parser speak
+    entries = [c for c in comps if c[1]]
+    if len(entries) == 1:
+        name, _, lines = entries[0]
+        body = [l for l in lines[1:-1] if l.strip() and not l.strip().startswith("//")]
+        work = [l for l in body if not re.search(r"\sparameter\(\d+\)", l)]
+        if len(work) == 1 and re.search(r"\sfusion\(", work[0]):
+            m = _CALLS_RE.search(work[0])
+            if m:
+                fused = m.group(1)
+                out = [header[0].split(",")[0].rstrip(), ""]
+                for cname, _, clines in comps:
+                    if cname == name:
+                        continue
+                    if cname == fused:
+                        clines = ["ENTRY " + clines[0].lstrip()] + clines[1:]
+                    out.extend(clines)
+                    out.append("")
+                text = "\n".join(out)
+    return _BITCAST_RE.sub(r"\1reshape(", text)
 
 
 class Measurer:
@@ -293,7 +357,7 @@ class Measurer:
 
     def measure(self, text):
         """(runtime_ns, [run_ns, ...]) for one module's text."""
-        exe, params = self.compile(text)
+        exe, params = self.compile(prepare(text))
         try:
             args = self.inputs(params)
         except MeasureError:
@@ -321,3 +385,168 @@ class Measurer:
             del args
         runs = [float(r) for r in runs[: self.runs]]
         return min(runs), runs
+
+
+# ---------------------------------------------------------------- isolation
+
+class IsolatedMeasurer:
+    """A Measurer in a child process, so that an XLA abort (a failed CHECK
+    kills the whole process, it is not an exception) or a kernel that never
+    finishes costs one error field, not the run. Same interface as Measurer;
+    the parent never imports jax. The child is restarted after a crash.
+    """
+
+    def __init__(self, backend=None, runs=3, min_time=0.01, timeout=300.0):
+        self.config = {"backend": backend, "runs": runs, "min_time": float(min_time)}
+        self.runs = runs
+        self.min_time = float(min_time)
+        self.timeout = timeout
+        self._proc = None
+        self._start()
+
+    def _start(self):
+        import subprocess
+        import sys
+        import tempfile
+
+        import msgpack
+
+        self._errlog = tempfile.TemporaryFile()
+        code = "from tpuperf_cli.measure.runner import worker_main; worker_main()"
+        env = dict(os.environ)
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", code, json.dumps(self.config)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errlog, env=env)
+        self._unpacker = msgpack.Unpacker(raw=False)
+        hello = self._receive(120.0)
+        if hello is None or "fatal" in hello:
+            why = hello["fatal"] if hello else self._stderr_tail() or "worker did not start"
+            kind = hello.get("kind", "backend") if hello else "backend"
+            self.close()
+            raise MeasureError(kind, why)
+        self.target = hello["target"]
+        self.key = hello["key"]
+
+    def _stderr_tail(self, n=3):
+        try:
+            self._errlog.seek(0)
+            lines = [l.strip() for l in self._errlog.read().decode(errors="replace").splitlines()
+                     if l.strip()]
+        except (OSError, ValueError):
+            return ""
+        return " | ".join(lines[-n:])
+
+    def _receive(self, timeout):
+        import select
+
+        fd = self._proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while True:
+            for obj in self._unpacker:
+                return obj
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return "timeout"
+            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    return None  # the child died
+                self._unpacker.feed(chunk)
+
+    def measure(self, text):
+        import msgpack
+
+        if self._proc is None or self._proc.poll() is not None:
+            self._start()
+        try:
+            self._proc.stdin.write(msgpack.packb({"hlo": text}, use_bin_type=True))
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            reply = None
+        else:
+            reply = self._receive(self.timeout)
+        if reply == "timeout":
+            self._kill()
+            raise MeasureError("timeout", f"no result after {self.timeout:g}s; worker killed")
+        if reply is None:
+            code = self._proc.wait()
+            tail = self._stderr_tail()
+            self._kill()
+            sig = f"signal {-code}" if code < 0 else f"exit {code}"
+            raise MeasureError("crash", f"XLA aborted the process ({sig}): {tail or 'no message'}")
+        if "error" in reply:
+            raise MeasureError(reply["kind"], reply["error"])
+        # the child's stderr is only kept for the last crash
+        self._errlog.seek(0)
+        self._errlog.truncate()
+        return reply["runtime_ns"], reply["runs"]
+
+    def _kill(self):
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait()
+            for f in (self._proc.stdin, self._proc.stdout):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+            self._proc = None
+
+    def close(self):
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                self._proc.stdin.close()
+                self._proc.wait(10)
+            except Exception:
+                pass
+        self._kill()
+        try:
+            self._errlog.close()
+        except Exception:
+            pass
+
+
+def worker_main():
+    """The child side of IsolatedMeasurer: msgpack requests on stdin,
+    replies on stdout."""
+    import signal
+    import sys
+
+    import msgpack
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    config = json.loads(sys.argv[1])
+    out = sys.stdout.buffer
+    pack = msgpack.Packer(use_bin_type=True).pack
+
+    def send(obj):
+        out.write(pack(obj))
+        out.flush()
+
+    try:
+        m = Measurer(config["backend"], runs=config["runs"], min_time=config["min_time"])
+    except MeasureError as e:
+        send({"fatal": str(e).split(": ", 1)[1], "kind": e.kind})
+        return
+    except Exception as e:
+        send({"fatal": _error_text(e), "kind": "backend"})
+        return
+    send({"target": m.target, "key": m.key})
+    unpacker = msgpack.Unpacker(raw=False)
+    stdin = sys.stdin.buffer
+    while True:
+        chunk = stdin.read1(1 << 16)
+        if not chunk:
+            return
+        unpacker.feed(chunk)
+        for req in unpacker:
+            try:
+                runtime, runs = m.measure(req["hlo"])
+                send({"runtime_ns": runtime, "runs": runs})
+            except MeasureError as e:
+                send({"error": str(e), "kind": e.kind})
+            except Exception as e:  # anything else is this kernel's problem too
+                send({"error": f"run: {_error_text(e)}", "kind": "run"})
