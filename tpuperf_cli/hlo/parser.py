@@ -455,7 +455,10 @@ class _Parser:
         instr = Instruction(name, opcode, shape, [], is_root=is_root, line=lineno)
         if opcode == "constant":
             close = _match(s, open_, _RE_PARENS)
-            instr.literal = s[open_ + 1:close].strip()
+            lit = s[open_ + 1:close].strip()
+            if lit.count("{") != lit.count("}"):
+                raise ValueError((close, "expected '}' to close '{' in the literal"))
+            instr.literal = lit
         else:
             close = s.find(")", open_)
             inner = s[open_ + 1:close] if close >= 0 else ""

@@ -1,0 +1,260 @@
+"""The HLO parser and the attribute decoders, checked against XLA's own parser
+(the HloModuleProto jaxlib makes of the same text) and hand-written cases."""
+
+import doctest
+import glob
+import json
+import math
+import os
+import pathlib
+
+import pytest
+
+from tpuperf_cli.errors import ParseError
+from tpuperf_cli.hlo import attrs as A
+from tpuperf_cli.hlo.parser import parse_file, parse_module, parse_shape
+
+from test_hlo_split import xla_view  # noqa: E402  (XLA's view of a module)
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "hlo"
+EXAMPLES = sorted(glob.glob(str(ROOT / "examples" / "hlo" / "*.hlo")))
+TPU_SAMPLE = pathlib.Path("/work/shared/data/tpu_tile_sample.json")
+
+
+def _same_as_xla(text, name="t"):
+    """Every computation, instruction, opcode, operand list, call and root
+    equals what XLA's parser built from the same text."""
+    module = parse_module(text, name)
+    view = xla_view(text)
+    # XLA makes a wrapped computation for each async op printed as sugar
+    # (`negate-start`); nothing else may differ
+    wrapped = {c for v in view.values() for i in v["instrs"].values()
+               if i["opcode"] == "async-start" for c in i["called"]}
+    assert set(module.computations) == set(view) - (wrapped - set(module.computations))
+    assert view[module.entry.name]["entry"]
+    for cname, comp in module.computations.items():
+        v = view[cname]
+        assert [i.name for i in comp.instructions] and \
+            sorted(i.name for i in comp.instructions) == sorted(v["instrs"]), cname
+        assert comp.root.name == v["root"], cname
+        for ins in comp.instructions:
+            x = v["instrs"][ins.name]
+            opcode = ins.opcode
+            if x["opcode"] == "async-start" and opcode.endswith("-start"):
+                opcode = "async-start"
+            elif x["opcode"] == "async-done" and opcode.endswith("-done"):
+                opcode = "async-done"
+            assert opcode == x["opcode"], (cname, ins.name)
+            assert ins.operands == x["operands"], (cname, ins.name)
+            if x["opcode"] not in ("async-start", "async-done"):
+                assert ins.called == x["called"], (cname, ins.name)
+            if ins.opcode == "fusion":
+                assert ins.fusion_kind == x["fusion_kind"]
+    return module
+
+
+@pytest.mark.skipif(not EXAMPLES, reason="examples/hlo/*.hlo not generated yet")
+@pytest.mark.parametrize("path", EXAMPLES, ids=[os.path.basename(p) for p in EXAMPLES])
+def test_example_programs_parse_like_xla(path):
+    module = _same_as_xla(pathlib.Path(path).read_text(), path)
+    assert module.source == path
+    for comp in module.computations.values():
+        for ins in comp.instructions:
+            assert ins.shape.text and ins.line > 0
+            if ins.opcode == "parameter":
+                assert ins.parameter_number is not None
+            if ins.opcode == "constant":
+                assert ins.literal is not None
+
+
+@pytest.mark.parametrize("name", ["gpu_style", "tpu_style"])
+def test_fixtures_parse_like_xla(name):
+    _same_as_xla((DATA / f"{name}.hlo").read_text(), name)
+
+
+@pytest.mark.skipif(not TPU_SAMPLE.exists(), reason="no TPU sample data")
+def test_tpu_sample_parses_like_xla():
+    for item in json.loads(TPU_SAMPLE.read_text()):
+        _same_as_xla(item["hlo"])
+
+
+def test_gpu_style_details():
+    m = parse_file(str(DATA / "gpu_style.hlo"))
+    assert m.name == "jit_step"
+    assert m.attrs["is_scheduled"] == "true"
+    assert m.attrs["entry_computation_layout"].endswith("f32[16,8]{1,0})}")
+    assert "/*" not in m.attrs["entry_computation_layout"]
+    assert m.attrs["frontend_attributes"] == '{fingerprint_before_lhs="abc{1}"}'
+    assert m.entry.name == "main.42" and m.entry.is_entry
+    assert m.entry.signature.startswith("(a: f32[16,32]")
+    e = m.entry.by_name
+    assert e["a"].attrs["sharding"] == "{replicated}"
+    assert e["n"].shape.tiles == ((128,),) and e["n"].shape.minor_to_major == ()
+    gemm = e["gemm"]
+    assert gemm.shape.is_tuple and [s.element_type for s in gemm.shape.tuple_shapes] == ["f32", "s8"]
+    assert gemm.operands == ["a", "b"]                   # printed with their shapes
+    assert A.string(gemm.attrs["custom_call_target"]) == "__cublas$gemm"
+    cfg = A.backend_config(gemm.attrs["backend_config"])
+    assert cfg["gemm_backend_config"]["dot_dimension_numbers"]["lhs_contracting_dimensions"] == ["1"]
+    assert A.known_trip_count(e["loop"].attrs) == 4 and A.known_trip_count(e["loop.2"].attrs) is None
+    assert e["loop"].called == ["body", "cond"]         # XLA's order: body, condition
+    assert e["branch"].called == ["on_true", "on_false"]
+    assert e["rowsum"].attrs["control-predecessors"] == "{%loop.2}"
+    ds = e["ds"].shape
+    assert ds.dims == (16, 8) and ds.dynamic == (True, False)
+    assert A.literal_values(e["big.const"].literal)[:3] == [1, -2.5, math.inf]
+    assert math.isnan(A.literal_values(e["big.const"].literal)[4])
+    assert e["result"].is_root and m.entry.root is e["result"]
+    assert len(e["result"].shape.tuple_shapes) == 3       # /*index=2*/ comment skipped
+    body = m.computations["body"].by_name["v.next"]
+    note = A.backend_config(body.attrs["backend_config"])["fusion_backend_config"]["note"]
+    assert note == 'braces } { and "quotes" inside'
+    # names printed without % parse the same
+    w = m.computations["wrapped_negate_computation"]
+    assert w.root.name == "neg.2" and w.root.operands == ["p"]
+
+
+def test_tpu_layouts_and_memory_spaces():
+    s = parse_shape("bf16[32,5,5,256]{3,0,2,1:T(8,128)(2,1)}")
+    assert s.dims == (32, 5, 5, 256) and s.minor_to_major == (3, 0, 2, 1)
+    assert s.tiles == ((8, 128), (2, 1)) and s.memory_space == 0
+    s = parse_shape("f32[]{:T(256)S(6)}")
+    assert s.dims == () and s.tiles == ((256,),) and s.memory_space == 6
+    s = parse_shape("f32[128]{0:T(1024)(128)(2,1)S(1)}")
+    assert s.tiles == ((1024,), (128,), (2, 1)) and s.memory_space == 1
+    s = parse_shape("(f32[2]{0}, (s32[], token[]), u8[3,4])")
+    assert s.is_tuple and s.tuple_shapes[1].tuple_shapes[1].element_type == "token"
+    assert s.byte_size() == 8 + 4 + 12
+    assert parse_shape("f32[<=4,?]").dynamic == (True, True)
+    assert parse_shape("pred[3]").minor_to_major is None
+
+
+def test_stack_frame_sections():
+    m = parse_file(str(DATA / "stack_frames.hlo"))
+    assert m.sections["FileNames"][0] == '1 "/tmp/x.py"'
+    assert len(m.sections["StackFrames"]) == 2
+    assert A.metadata(m.entry.root.attrs["metadata"])["stack_frame_id"] == "2"
+    assert m.entry.root.opcode == "sine"
+
+
+def test_comments_and_odd_spacing():
+    text = """// leading comment
+HloModule m /* inline */, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
+
+/* a block
+   comment */
+ENTRY main.1 {
+  x = f32[4]{0} parameter(0) // trailing
+  c = f32[] constant(1)
+  b = f32[4]{0} broadcast(c), dimensions={}
+  ROOT y = (f32[4]{0}, /*index=1*/f32[4]{0}) tuple(x, /*index=1*/b), metadata={op_name="a/*b*/c"}
+}
+"""
+    m = parse_module(text)
+    root = m.entry.root
+    assert root.operands == ["x", "b"]
+    assert A.metadata(root.attrs["metadata"])["op_name"] == "a/*b*/c"
+    xla_view(text)
+
+
+def test_large_literal_constant():
+    values = ", ".join(str(i * 0.5) for i in range(20000))
+    text = f"""HloModule m
+ENTRY %e {{
+  ROOT %c = f32[20000]{{0}} constant({{{values}}})
+}}
+"""
+    m = parse_module(text)
+    lit = m.entry.root.literal
+    assert lit.startswith("{0.0, 0.5") and lit.endswith("9999.5}")
+    assert A.literal_values(lit, limit=100) is None
+    assert A.literal_values(lit, limit=30000)[-1] == 9999.5
+
+
+@pytest.mark.parametrize("text,where,what", [
+    ("", "1:1", "empty input"),
+    ("HloModule m\n", "1:1", "no computation"),
+    ("HloModule m\nENTRY %e {\n  %a = f32[2]{0} parameter(0)\n  %a = f32[2]{0} negate(%a)\n}\n",
+     "4:1", "defined twice"),
+    ("HloModule m\nENTRY %e {\n  ROOT %a = f32[2]{0} negate(%zz)\n}\n", "3:1", "'zz'"),
+    ("HloModule m\nENTRY %e {\n  ROOT %a = f32[2]{0} fusion(), kind=kLoop, calls=%nope\n}\n",
+     "3:1", "'nope'"),
+    ("HloModule m\nENTRY %e {\n  ROOT %a = f32[2]{0,1} parameter(0)\n}\n", "3:19", "layout"),
+    ("HloModule m\nENTRY %e {\n  ROOT %a = f33[2] parameter(0)\n}\n", "3:13", "element type 'f33'"),
+    ("HloModule m\nENTRY %e {\n  ROOT %a = f32[2] negate\n}\n", "3:19", "opcode"),
+    ("HloModule m\nENTRY %e {\n  ROOT %a = f32[2] parameter(0) junk\n}\n", "3:33", "expected ','"),
+    ("HloModule m\nENTRY %e {\n  ROOT %a = f32[2] parameter(0), dims\n}\n", "3:34", "name=value"),
+    ("HloModule m\nENTRY %e {\n  ROOT %a = f32[2] parameter(0)\n}\n}\n", "5:1", "unbalanced '}'"),
+    ("HloModule m\nhello world\n", "2:1", "expected 'HloModule'"),
+    ("HloModule m\nENTRY %e {\n  ROOT %a = f32[2] parameter(0)\n", "4:1", "expected '}'"),
+    ("HloModule m\nENTRY %e {\n  ROOT %a = f32[2] constant({1, 2)\n}\n", "3:34", "expected '}'"),
+    ('HloModule m\nENTRY %e {\n  ROOT %a = f32[2] parameter(0), metadata={op_name="x}\n}\n',
+     "3:", "'\"'"),
+])
+def test_errors_name_file_line_and_column(text, where, what):
+    with pytest.raises(ParseError) as e:
+        parse_module(text, "f.hlo")
+    msg = str(e.value)
+    assert msg.startswith(f"f.hlo:{where}"), msg
+    assert what in msg, msg
+    assert e.value.exit_code == 2
+
+
+# ---------------------------------------------------------------- attrs
+
+def test_attrs_doctests():
+    result = doctest.testmod(A)
+    assert result.attempted > 20 and result.failed == 0
+
+
+def test_attrs_on_real_instructions():
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+
+    def f(x, k, idx):
+        c = jax.lax.conv_general_dilated(x, k, (2, 1), [(1, 1), (0, 2)], rhs_dilation=(1, 2),
+                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        s = jax.lax.slice(x, (0, 1, 0, 0), (2, 9, 8, 3), (1, 2, 1, 1))
+        d = jax.lax.dynamic_slice(x, (0, idx, 0, 0), (1, 4, 4, 3))
+        p = jax.lax.pad(x, 0.0, [(0, 0, 0), (1, 2, 1), (0, 0, 0), (0, 0, 0)])
+        g = jnp.einsum("bij,bjk->bik", x[..., 0], x[:, :8, :, 1])
+        return c, s.sum(), d.sum(), p.sum(), g
+
+    args = (jnp.ones((2, 10, 8, 3)), jnp.ones((3, 3, 3, 4)), 2)
+    text = jax.jit(f).lower(*args).as_text(dialect="hlo")
+    m = parse_module(text)
+    found = set()
+    for comp in m.computations.values():
+        for ins in comp.instructions:
+            a = ins.attrs
+            if ins.opcode == "convolution":
+                w = A.window(a["window"])
+                assert [d["stride"] for d in w] == [2, 1]
+                assert [(d["pad_low"], d["pad_high"]) for d in w] == [(1, 1), (0, 2)]
+                assert [d["rhs_dilate"] for d in w] == [1, 2]
+                dims = A.conv_dims(a["dim_labels"])
+                assert dims["input_feature"] == 3 and dims["kernel_output_feature"] == 3
+                found.add("conv")
+            elif ins.opcode == "slice":
+                if A.slice_bounds(a["slice"]) == [(0, 2, 1), (1, 9, 2), (0, 8, 1), (0, 3, 1)]:
+                    found.add("slice")
+            elif ins.opcode == "dynamic-slice":
+                assert A.dynamic_slice_sizes(a["dynamic_slice_sizes"]) == [1, 4, 4, 3]
+                found.add("ds")
+            elif ins.opcode == "pad":
+                assert A.padding(a["padding"]) == [(0, 0, 0), (1, 2, 1), (0, 0, 0), (0, 0, 0)]
+                found.add("pad")
+            elif ins.opcode == "dot":
+                d = A.dot_dims(a)
+                assert d["lhs_batch_dims"] == [0] and d["lhs_contracting_dims"] == [2]
+                assert d["rhs_contracting_dims"] == [1]
+                found.add("dot")
+    assert found == {"conv", "slice", "ds", "pad", "dot"}
+
+
+def test_attrs_errors_are_value_errors():
+    for fn, text in [(A.int_list, "{a}"), (A.padding, "1_2_3_4"), (A.conv_dims, "bf_io"),
+                     (A.slice_bounds, "{0:4}"), (A.boolean, "maybe"), (A.replica_groups, "[2]")]:
+        with pytest.raises(ValueError):
+            fn(text)
