@@ -119,6 +119,44 @@ ENTRY %main (p: (f32[4], s32[])) -> f32[4] {
 }
 """
 
+# a fusion that is not the only instruction: XLA:CPU aborts (CHECK failure)
+# when it compiles the imported mhlo.fusion, which kills the process
+CRASH = """HloModule crash
+
+%fc (p: s32[128]) -> s32[128,1,2] {
+  %p = s32[128]{0} parameter(0)
+  %r = s32[128,1,1]{2,1,0} reshape(%p)
+  %n = s32[128,1,1]{2,1,0} negate(%r)
+  ROOT %c = s32[128,1,2]{2,1,0} concatenate(%n, %r), dimensions={2}
+}
+
+ENTRY %main (arg.0: s32[128]) -> s32[128,1,2] {
+  %arg.0 = s32[128]{0} parameter(0)
+  %f = s32[128,1,2]{2,1,0} fusion(%arg.0), kind=kLoop, calls=%fc
+  ROOT %n2 = s32[128,1,2]{2,1,0} negate(%f)
+}
+"""
+
+# never ends: a while loop whose condition is constant true
+FOREVER = """HloModule forever
+
+%cond (c: s32[]) -> pred[] {
+  %c = s32[] parameter(0)
+  ROOT %t = pred[] constant(true)
+}
+
+%body (b: s32[]) -> s32[] {
+  %b = s32[] parameter(0)
+  %one = s32[] constant(1)
+  ROOT %s = s32[] add(%b, %one)
+}
+
+ENTRY %main (x: s32[]) -> s32[] {
+  %x = s32[] parameter(0)
+  ROOT %w = s32[] while(%x), condition=%cond, body=%body
+}
+"""
+
 
 @pytest.fixture(scope="module")
 def measurer():
@@ -224,6 +262,40 @@ def test_kernels_that_cannot_run_raise(measurer, hlo, kind, words):
         measurer.measure(hlo)
     assert e.value.kind == kind
     assert words in str(e.value)
+
+
+def test_prepare_promotes_the_fused_computation_and_rewrites_bitcasts():
+    from tpuperf_cli.measure.runner import prepare
+
+    text = FUSION.replace("%m = f32[128,256]{1,0} multiply(%p0, %b)",
+                          "%m = f32[128,256]{1,0} multiply(%p0, %b)\n"
+                          "  %bc = f32[256,128]{1,0} bitcast(%m)\n"
+                          "  %bcc = s32[256,128]{1,0} bitcast-convert(%bc)")
+    out = prepare(text)
+    assert "ENTRY %fused_computation (p0: f32[128,256], p1: f32[256])" in out
+    assert "fusion(" not in out and "%main" not in out
+    assert "reshape(%m)" in out and "bitcast-convert(%bc)" in out
+    assert out.startswith("HloModule fused\n")
+    # anything else is left as it is
+    assert prepare(matmul_hlo(8)) == matmul_hlo(8)
+
+
+def test_isolated_measurer_survives_aborts_and_hangs():
+    from tpuperf_cli.measure.runner import IsolatedMeasurer, MeasureError
+
+    m = IsolatedMeasurer("cpu", runs=2, min_time=0.0005, timeout=3)
+    try:
+        assert m.target["platform"] == "cpu"
+        with pytest.raises(MeasureError) as e:
+            m.measure(CRASH)
+        assert e.value.kind == "crash" and "signal" in str(e.value)
+        with pytest.raises(MeasureError) as e:
+            m.measure(FOREVER)
+        assert e.value.kind == "timeout"
+        t, runs = m.measure(FUSION)  # a fresh worker takes over
+        assert t > 0 and len(runs) == 2
+    finally:
+        m.close()
 
 
 def test_fingerprint_ignores_metadata_and_blank_space():
