@@ -108,12 +108,27 @@ def test_tuning_json_cli_writes_zst_and_program_option(tmp_path):
     assert recs[0]["target"]["device_kind"] == "TPU v4"
 
 
-def test_identical_kernels_share_a_fingerprint_whatever_their_names():
+def _import_hlo(tmp_path, hlo, name="k.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps([_kernel(hlo=hlo)]))
+    return list(tj.records(str(path)))
+
+
+def test_identical_kernels_share_hlo_splits_fingerprint(tmp_path):
     renamed = COPY_HLO.replace("copy.24", "copy.99").replace("parameter.0", "p").replace(
         'metadata={op_type="MaxPool"}', 'metadata={op_name="x"}')
     other = COPY_HLO.replace("bf16[32,5,5,256]", "bf16[32,5,5,128]")
-    assert tj.fingerprint(COPY_HLO) == tj.fingerprint(renamed)
-    assert tj.fingerprint(COPY_HLO) != tj.fingerprint(other)
+    fp = _import_hlo(tmp_path, COPY_HLO)[0]["fingerprint"]
+    assert _import_hlo(tmp_path, renamed)[0]["fingerprint"] == fp
+    assert _import_hlo(tmp_path, other)[0]["fingerprint"] != fp
+    # the same kernel split out of a program by hlo-split has the same fingerprint
+    from tpuperf_cli.hlo.parser import parse_module
+    from tpuperf_cli.hlo.split import kernel_records
+
+    program = COPY_HLO.replace("ROOT %copy.24", "%copy.24").replace(
+        "\n}", "\n  ROOT %n = bf16[32,5,5,256]{3,2,1,0:T(8,128)(2,1)} negate(%copy.24)\n}")
+    split = {r["opcode"]: r["fingerprint"] for r in kernel_records(parse_module(program))}
+    assert split["copy"] == fp
 
 
 def _write_json(tmp_path, data, name="bad.json"):
@@ -134,8 +149,8 @@ def _write_json(tmp_path, data, name="bad.json"):
     ([_kernel(configs=[])], ["'configs'", "non-empty"]),
     ([_kernel(hlo="%fusion.1 = f32[8]{0} fusion(%p), kind=kLoop, calls=%c")],
      ["'hlo'", "HloModule"]),
-    ([_kernel(hlo="HloModule m\n\n%c (p: f32[8]) -> f32[8] {\n  ROOT %p = f32[8] parameter(0)\n}\n")],
-     ["'hlo'", "ENTRY"]),
+    ([_kernel(hlo="HloModule m\n\nENTRY %c (p: f32[8]) -> f32[8] {\n  ROOT %p = f32[8] parameter(0)\n}\n")],
+     ["'hlo'", "ENTRY root 'p' (parameter) is not a kernel"]),
     ([_kernel(configs=[{"runtime_ns": 5, "is_default": True}, {"runtime_ns": 6, "is_default": True}])],
      ["is_default", "2 configurations"]),
     ({"kernel_fingerprint": 1}, ["list of kernels"]),
@@ -148,6 +163,19 @@ def test_malformed_tuning_json_names_file_and_key(tmp_path, data, words):
     assert path in res.stderr
     for w in words:
         assert w in res.stderr, (w, res.stderr)
+
+
+def test_hlo_that_does_not_parse_is_exit_2_naming_kernel_and_line(tmp_path):
+    path = _write_json(tmp_path, [_kernel(fp=3, hlo=COPY_HLO.replace("copy(", "cpy("))])
+    res = _run(["import", "tuning-json", path])
+    assert res.exit_code == 2
+    assert f"{path}: kernel 0 (kernel_fingerprint 3): hlo:5:" in res.stderr
+    assert "cpy" in res.stderr
+    no_entry = "HloModule m\n\n%c (p: f32[8]) -> f32[8] {\n  ROOT %p = f32[8] parameter(0)\n}\n"
+    path = _write_json(tmp_path, [_kernel(fp=3, hlo=no_entry)])
+    res = _run(["import", "tuning-json", path])
+    assert res.exit_code == 2 and f"{path}: kernel 0 (kernel_fingerprint 3): hlo:" in res.stderr
+    assert "ENTRY" in res.stderr, res.stderr
 
 
 def test_json_that_does_not_parse_is_exit_2_with_line(tmp_path):

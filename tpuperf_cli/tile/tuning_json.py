@@ -17,7 +17,6 @@ given; the ENTRY root gives opcode, fusion_kind and computation.
 
 import json
 import os
-import re
 
 from tpuperf_cli.errors import ParseError, TpuperfError
 from tpuperf_cli.stream import new_record
@@ -94,66 +93,34 @@ def check_config(config, where):
     return bounds, float(runtime), is_default
 
 
-_MODULE = re.compile(r"^\s*HloModule\s+([^\s,]+)", re.M)
-_ENTRY = re.compile(r"^\s*ENTRY\s+%?([^\s(]+)", re.M)
-_ROOT = re.compile(r"^\s*ROOT\s+%?([^\s=]+)\s*=\s*(.*)$", re.M)
-_OPCODE = re.compile(r"(?:^|\s)([a-z][a-z0-9\-]*)\(")
-_KIND = re.compile(r"\bkind=(k[A-Za-z]+)")
-
-
 def describe_module(text, where):
-    """What the record says about the kernel, from its module text:
-    {"computation", "opcode", "fusion_kind", "root"}.
+    """What the records say about the kernel, from its module text:
+    {"computation", "opcode", "fusion_kind", "fingerprint"}.
 
-    Uses the HLO parser when present (it also validates the text), else a
-    scan of the ENTRY computation's ROOT line."""
+    The text is parsed (HLO that does not parse is a ParseError naming the
+    file, kernel and line); the kernel is the ENTRY computation's ROOT, and
+    opcode, fusion_kind and fingerprint are what hlo-split gives it, so the
+    same kernel split from a whole program has the same fingerprint."""
+    from tpuperf_cli.hlo import split
+    from tpuperf_cli.hlo.parser import parse_module
+
     if not isinstance(text, str) or not text.strip():
         raise TuningDataError(f"{where}: key 'hlo' must be non-empty HLO text")
-    if not _MODULE.search(text):
-        raise TuningDataError(f"{where}: key 'hlo' is not a whole HloModule "
-                              f"(no 'HloModule' header)")
-    entry = _ENTRY.search(text)
-    if not entry:
-        raise TuningDataError(f"{where}: key 'hlo' has no ENTRY computation; "
-                              f"a whole module with the kernel as its ENTRY root is needed")
-    root = _ROOT.search(text, entry.end())
-    if not root:
-        raise TuningDataError(f"{where}: key 'hlo': the ENTRY computation has no ROOT instruction")
-    rhs = root.group(2)
-    op = _OPCODE.search(rhs)
-    if not op:
-        raise TuningDataError(f"{where}: key 'hlo': cannot read the ROOT instruction's opcode")
-    opcode = op.group(1)
-    kind = _KIND.search(rhs) if opcode == "fusion" else None
-    return {"computation": entry.group(1), "opcode": opcode,
-            "fusion_kind": kind.group(1) if kind else None, "root": root.group(1)}
-
-
-_METADATA = re.compile(r",?\s*metadata=\{[^{}]*\}")
-_DEFINED = re.compile(r"^\s*(?:ROOT\s+|ENTRY\s+)?%?([\w.\-]+)\s*(?:=|\()", re.M)
-_PARAM = re.compile(r"[(,]\s*([\w.\-]+):\s")
-_HEADER = re.compile(r"^\s*HloModule\s+[^\s,]+", re.M)
-
-
-def fingerprint(text):
-    """Hex digest of the module text with metadata dropped and every name
-    (computations, instructions, parameters) renumbered in order of first
-    definition, so identical kernels match whatever they are called."""
-    import hashlib
-
-    text = _HEADER.sub("HloModule m", _METADATA.sub("", text))
-    names = {}
-    for m in _DEFINED.finditer(text):
-        names.setdefault(m.group(1), f"n{len(names)}")
-    for m in _PARAM.finditer(text):
-        names.setdefault(m.group(1), f"n{len(names)}")
-    names.pop("HloModule", None)
-    if names:
-        pattern = re.compile(r"(?<![\w.\-])%?(" + "|".join(
-            re.escape(n) for n in sorted(names, key=len, reverse=True)) + r")(?![\w.\-])")
-        text = pattern.sub(lambda m: names[m.group(1)], text)
-    text = "\n".join(line.strip() for line in text.splitlines() if line.strip())
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    if not text.lstrip().startswith("HloModule"):
+        raise TuningDataError(f"{where}: key 'hlo' is not a whole HloModule (no 'HloModule' "
+                              f"header); a module with the kernel as its ENTRY root is needed")
+    module = parse_module(text, f"{where}: hlo")
+    if module.entry is None:
+        raise TuningDataError(f"{where}: key 'hlo' has no ENTRY computation; a whole module "
+                              f"with the kernel as its ENTRY root is needed")
+    root = module.entry.root
+    kernel = next((k for k in split.find_kernels(module)
+                   if k.instruction is root and k.computation is module.entry), None)
+    if kernel is None:
+        raise TuningDataError(f"{where}: key 'hlo': the ENTRY root '{root.name}' "
+                              f"({root.opcode}) is not a kernel (an op that does work)")
+    return {"computation": module.entry.name, "opcode": kernel.opcode,
+            "fusion_kind": kernel.fusion_kind, "fingerprint": split.fingerprint(module, kernel)}
 
 
 # ---------------------------------------------------------------- records
@@ -202,7 +169,6 @@ def records(path, program=None, device_kind=None):
             name = f"{name}#{seen[name]}"
         else:
             seen[name] = 1
-        digest = fingerprint(kernel["hlo"])
         for j, (bounds, runtime, is_default) in enumerate(checked):
             yield new_record(
                 "kernel",
@@ -214,7 +180,7 @@ def records(path, program=None, device_kind=None):
                 hlo=kernel["hlo"],
                 opcode=info["opcode"],
                 fusion_kind=info["fusion_kind"],
-                fingerprint=digest,
+                fingerprint=info["fingerprint"],
                 computation=info["computation"],
                 config=bounds,
                 config_index=j,
