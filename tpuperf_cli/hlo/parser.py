@@ -61,6 +61,8 @@ CALL_ATTRS = ("calls", "to_apply", "body", "condition", "branch_computations",
               "called_computations", "true_computation", "false_computation",
               "select", "scatter")
 
+_CALL_SET = frozenset(CALL_ATTRS)
+
 # Sections that may follow the computations (stack-frame index).
 SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
 
@@ -68,6 +70,9 @@ _NAME = r"[A-Za-z_][\w.\-]*"
 _RE_INSTR = re.compile(r"[ \t]*(ROOT[ \t]+)?%?(" + _NAME + r")[ \t]*=\s*")
 _RE_ARRAY = re.compile(r"([a-z][a-z0-9]*)\[([^\]\n]*)\](\{[^}\n]*\})?")
 _RE_OPCODE = re.compile(r"\s*([a-z][a-z0-9\-]*)\s*\(")
+# The common case in one match: [ROOT] %name = array-shape opcode(
+_RE_HEAD = re.compile(r"[ \t]*(ROOT[ \t]+)?%?(" + _NAME + r")[ \t]*=[ \t]*"
+                      r"([a-z][a-z0-9]*\[[^\]\n]*\](?:\{[^}\n]*\})?)[ \t]+([a-z][a-z0-9\-]*)\(")
 _RE_COMP = re.compile(r"[ \t]*(ENTRY[ \t]+)?%?(" + _NAME + r")[ \t]*(.*?)[ \t]*\{[ \t]*$")
 _RE_HEADER = re.compile(r"[ \t]*HloModule[ \t]+%?([^\s,]+)[ \t]*(?:,[ \t]*(.*))?$")
 _RE_CALLEE = re.compile(r"%?(" + _NAME + r")")
@@ -78,6 +83,21 @@ _RE_TILE = re.compile(r"T((?:\([^)]*\))+)")
 _RE_MEMSPACE = re.compile(r"S\((\d+)\)")
 _RE_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|/\*.*?\*/|//[^\n]*', re.S)
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
+
+
+def _attr_regex(depth=4):
+    """One attribute `key=value` and the comma after it, for the fast path:
+    strings, brackets and braces nested up to `depth` deep (possessive, so
+    no backtracking blow-up). Lines it cannot read whole go the slow way."""
+    string = r'"(?:[^"\\\n]|\\.)*+"'
+    brace = r"\{(?:[^{}\"]++|" + string + r")*+\}"
+    for _ in range(depth - 1):
+        brace = r"\{(?:[^{}\"]++|" + string + "|" + brace + r")*+\}"
+    value = r"(?:" + string + "|" + brace + r"|\[[^\]\n]*+\]|[^,{}\[\]\"\s]++|[ \t]++(?=[^,\s]))++"
+    return re.compile(r"[ \t]*+([\w.\-]++)[ \t]*+=[ \t]*+(" + value + r")[ \t]*+(?:,|$)")
+
+
+_RE_ATTR = _attr_regex()
 
 
 class _Unterminated(Exception):
@@ -422,6 +442,21 @@ class _Parser:
         return lineno, pos + 1
 
     def _instruction_line(self, s, lineno):
+        m = _RE_HEAD.match(s)
+        if m is not None and m.group(4) in OPCODES:
+            text = m.group(3)
+            shape = _shape_cache.get(text)
+            if shape is None:
+                am = _RE_ARRAY.match(s, m.start(3))
+                if am.end() != m.end(3):
+                    return self._instruction_slow(s, lineno)
+                shape = _array_shape(am, m.start(3))
+                _shape_cache[text] = shape
+            return self._instruction_rest(s, lineno, m.group(1) is not None, m.group(2), shape,
+                                          m.group(4), m.end() - 1)
+        return self._instruction_slow(s, lineno)
+
+    def _instruction_slow(self, s, lineno):
         m = _RE_INSTR.match(s)
         if not m:
             raise ValueError((len(s) - len(s.lstrip()),
@@ -451,7 +486,9 @@ class _Parser:
         opcode = om.group(1)
         if opcode not in OPCODES and async_base(opcode) is None:
             raise ValueError((om.start(1), f"unknown opcode '{opcode}'"))
-        open_ = om.end() - 1
+        return self._instruction_rest(s, lineno, is_root, name, shape, opcode, om.end() - 1)
+
+    def _instruction_rest(self, s, lineno, is_root, name, shape, opcode, open_):
         instr = Instruction(name, opcode, shape, [], is_root=is_root, line=lineno)
         if opcode == "constant":
             close = _match(s, open_, _RE_PARENS)
@@ -502,7 +539,10 @@ class _Parser:
             attrs = self._attr_dict(s, rest + len(tail) - len(t) + 1, lineno)
             instr.attrs = attrs
             called = None
-            for key in CALL_ATTRS:
+            keys = [k for k in attrs if k in _CALL_SET]
+            if len(keys) > 1:
+                keys.sort(key=CALL_ATTRS.index)      # XLA's order: body before condition
+            for key in keys:
                 v = attrs.get(key)
                 if v is not None:
                     if called is None:
@@ -516,6 +556,22 @@ class _Parser:
         return instr
 
     def _attr_dict(self, s, start, lineno):
+        # fast path: one regex match per attribute
+        attrs = {}
+        pos = start
+        end = len(s)
+        match = _RE_ATTR.match
+        while True:
+            m = match(s, pos)
+            if m is None or m.group(1) in attrs:
+                break
+            attrs[m.group(1)] = m.group(2)
+            pos = m.end()
+            if pos >= end:
+                if s[pos - 1] != ",":
+                    return attrs
+                break
+        # slow path, which also finds what is wrong
         attrs = {}
         for off, piece in _split_top(s, start):
             k = piece.find("=")
