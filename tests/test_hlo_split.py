@@ -258,6 +258,37 @@ def test_jax_program_with_loops_conditionals_and_sort():
     assert cond_kernels
 
 
+def test_jax_program_with_many_op_kinds():
+    """Scatter, gather, reduce-window and its gradient, FFT, Cholesky and
+    triangular solve (LAPACK custom calls), top-k, cumsum, RNG and a while
+    loop whose trip count XLA cannot know."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+
+    def f(x, idx, key):
+        a = x.at[idx].add(1.0)
+        b = jnp.take(x, idx, axis=0)
+        c = jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (2, 2), (1, 1), "SAME")
+        d = jnp.fft.fft(x).real
+        e = jnp.linalg.cholesky(x @ x.T + 8 * jnp.eye(8))
+        g = jax.lax.top_k(x, 3)[0]
+        h = jnp.cumsum(x, axis=1)
+        r = jax.random.normal(key, (8, 8))
+        n = jax.lax.while_loop(lambda s: s[0] < x.sum(),
+                               lambda s: (s[0] * 2 + 1, jnp.sin(s[1])), (1.0, x))[1]
+        m = jax.grad(lambda y: jax.lax.reduce_window(
+            y, -jnp.inf, jax.lax.max, (2, 2), (2, 2), "VALID").sum())(x)
+        return a, b, c, d, e, g, h, r, n, m, jnp.linalg.solve(e, x)
+
+    x = jnp.arange(64.0).reshape(8, 8) / 64
+    text = jax.jit(f).lower(x, jnp.array([1, 3]), jax.random.PRNGKey(0)).compile().as_text()
+    module, kernels = _check_program(text, "many")
+    opcodes = {k.opcode for k in kernels}
+    assert {"fusion", "custom-call", "fft"} <= opcodes
+    unknown = [k for k in kernels if not k.count_known]
+    assert unknown and all(k.count == 1 for k in unknown)
+
+
 def test_gpu_style_fixture():
     text = (DATA / "gpu_style.hlo").read_text()
     module, kernels = _check_program(text, "gpu_style.hlo")
