@@ -1,0 +1,159 @@
+"""`featurize`: kernel records -> graph records (TpuGraphs layout + static costs)."""
+
+import sys
+import time
+
+import click
+
+from tpuperf_cli.errors import TpuperfError
+
+
+@click.command("featurize", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("inputs", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default="-",
+              show_default=True,
+              help="Where to write graph records: a file (zstd if it ends in .zst) or - for "
+                   "stdout.")
+@click.option("--skip-bad", is_flag=True,
+              help="Skip records that cannot be featurized (bad HLO inside, unknown shape, "
+                   "no hlo field) instead of stopping; say on stderr how many were skipped "
+                   "and why (the first few).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress or summary on stderr.")
+def cli(inputs, output, skip_bad, quiet):
+    """Turn kernel records into graph records a performance model reads.
+
+    Reads msgpack kernel records (from hlo-split or `tpuperf import`) from
+    INPUTS or stdin (`-` or none; plain or zstd-compressed), parses each
+    record's standalone HLO module ("hlo") and writes one graph record per
+    kernel record to stdout, in order: every input field kept, "type" set to
+    "graph", and five array fields added.
+
+    The node, edge and config fields use the layout of the TpuGraphs dataset
+    (google-research-datasets/tpu_graphs), so a model trained on its .npz
+    files reads them the same way, and the static costs follow the
+    conventions of XLA's own HloCostAnalysis.
+
+    \b
+    Fields added (arrays as {"dtype", "shape", "data"} maps):
+      node_opcode  int32 (n)        opcode id per node: TpuGraphs' numbering
+                                    (hlo_opcode.h, 1..120); newer XLA
+                                    opcodes 121..138; 0 unknown
+      node_feat    float32 (n,140)  TpuGraphs "Node Features", index for index
+      edge_index   int32 (m,2)      row [u, v] means node u CONSUMES node v's
+                                    output (TpuGraphs convention: edges
+                                    point from user to operand); one row per
+                                    distinct operand
+      kernel_feat  float32 (5)      flops, transcendentals, bytes_read,
+                                    bytes_written, output_bytes
+      config_feat  float32 (24)     tile config: kernel_bounds, output_bounds,
+                                    input_bounds, each 6 entries + sum +
+                                    product (zeros without a "config" field)
+
+    \b
+    Nodes: the instructions of the kernel's computation, in topological
+    order (operands first): for a fusion, its fused computation; for an
+    unfused op, its parameters and the op. Reducers, comparators and other
+    computations a node calls are not nodes; the calling node stands for
+    them and their work is counted in kernel_feat.
+
+    \b
+    node_feat layout (N entries + sum + product; a missing entry is 0, an
+    empty list has sum 0, product 1):
+      0        is_root            1        element_size_in_bits (always 0)
+      2-20     element type one-hot: invalid pred s8 s16 s32 s64 u8 u16 u32
+               u64 f16 f32 f64 bf16 c64 c128 tuple opaque token
+      21-28    shape dims 0..5, sum, product     29  tuple size
+      30       parameter number                  31-36  dimensions 0..5
+      37-92    window size, stride, pad low, pad high, window (rhs)
+               dilation, base (lhs) dilation: 6+sum+product each;
+               reversal: 6 + true count + false count
+      93-106   convolution dims: input batch, feature, spatial 0..3; kernel
+               input feature, output feature, spatial 0..3; output batch,
+               feature
+      107-108  feature_group_count, batch_group_count
+      109-120  slice start, stride, limit (2+sum+product each)
+      121-124  dynamic_slice_sizes (2+sum+product)
+      125-132  pad edge low, edge high (2+sum+product each)
+      133      is_stable (sort)                  134-139  minor_to_major 0..5
+
+    \b
+    kernel_feat, by XLA's HloCostAnalysis rules (our own implementation,
+    no jaxlib needed): an FMA is 2 flops, elementwise ops 1 flop per
+    element, exp/log/tanh/rsqrt/... are transcendentals, reducers count per
+    reduction, fusions sum their fused ops. bytes_read: what the kernel
+    reads of its inputs (only the slices of a sliced input); bytes_written:
+    what it writes (a dynamic-update-slice only its update); output_bytes:
+    the size of its result.
+
+    \b
+    Examples:
+      hlo-split prog.hlo | featurize | predict --model m.pt | score
+      featurize kernels.zst -o graphs.zst
+      tpuperf import tuning-json tile.json | featurize --skip-bad > tile.msgpack
+
+    \b
+    Exit status:
+      0  success (also when --skip-bad skipped records)
+      1  a record cannot be featurized or a stream is corrupt; the message
+         names the input, record number and kernel, and every record
+         before it has been written
+      2  a record's HLO does not parse
+    """
+    from tpuperf_cli.features import featurize_kernel
+    from tpuperf_cli.stream import RecordWriter, read_records
+
+    err = sys.stderr
+    progress = not quiet and err.isatty()
+    skipped = []
+    n_skipped = 0
+    written = 0
+    start = last = time.monotonic()
+    writer = RecordWriter(output)
+    try:
+        for source in inputs or ["-"]:
+            name = "<stdin>" if source == "-" else source
+            for number, record in enumerate(read_records(source, name=name), 1):
+                try:
+                    fields = featurize_kernel(record)
+                except TpuperfError as e:
+                    where = _where(name, number, record)
+                    if not skip_bad:
+                        raise type(e)(f"{where}: {e}", exit_code=e.exit_code) from None
+                    n_skipped += 1
+                    if len(skipped) < 5:
+                        skipped.append(f"{where}: {e}")
+                    continue
+                record.update(fields)
+                record["type"] = "graph"
+                writer.write(record)
+                written += 1
+                if progress and written % 256 == 0:
+                    now = time.monotonic()
+                    if now - last > 0.5:
+                        last = now
+                        print(f"\rfeaturize: {written} kernels, "
+                              f"{written / (now - start):.0f}/s", end="", file=err)
+    finally:
+        try:
+            writer.close()
+        except BrokenPipeError:
+            pass
+        if progress and written >= 256:
+            print(file=err)
+        if n_skipped and not quiet:
+            print(f"featurize: skipped {n_skipped} record(s) that could not be featurized "
+                  f"({written} written)", file=err)
+            for line in skipped:
+                print(f"featurize:   {line}", file=err)
+            if n_skipped > len(skipped):
+                print(f"featurize:   ... and {n_skipped - len(skipped)} more", file=err)
+
+
+def _where(name, number, record):
+    kernel = record.get("kernel") if isinstance(record, dict) else None
+    program = record.get("program") if isinstance(record, dict) else None
+    what = f"record {number}"
+    if kernel is not None:
+        what += f" (kernel '{kernel}'"
+        what += f" of program '{program}')" if program is not None else ")"
+    return f"{name}: {what}"

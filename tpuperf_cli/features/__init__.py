@@ -1,0 +1,180 @@
+"""Kernel records -> graph records: the TpuGraphs node/edge/config layout plus
+static performance features from our own cost analysis.
+
+Public API (numpy only; no torch, jax or click):
+
+    featurize_kernel(record) -> dict      graph fields for a kernel record
+    featurize_module(module, config=None) -> dict
+                                          the same for a parsed ir.Module
+    kernel_nodes(module) -> (instructions, computation)
+                                          the instructions that become nodes
+    node_features(instruction) -> list    140 floats (features.nodes)
+    config_features(config) -> list       24 floats (features.config)
+    opcode_id(name) / opcode_name(id)     TpuGraphs opcode numbering
+    KERNEL_FEATURES, NODE_FEATURES (140), CONFIG_FEATURES (24),
+    NODE_FEATURE_NAMES, CONFIG_FEATURE_NAMES, NUM_OPCODES
+
+Graph fields (see the brief's record format):
+
+    node_opcode  int32 (n,)       TpuGraphs opcode ids (features.opcodes)
+    node_feat    float32 (n, 140) TpuGraphs "Node Features" (features.nodes)
+    edge_index   int32 (m, 2)     row [u, v]: node u consumes node v's output
+                                  (TpuGraphs convention); one row per
+                                  distinct operand, rows ordered by u then v
+    kernel_feat  float32 (5,)     KERNEL_FEATURES, from tpuperf_cli.hlo.cost
+    config_feat  float32 (24,)    the tile configuration (zeros without one)
+
+Nodes are the instructions of the kernel's computation in topological order:
+for a fusion, its fused computation; for an unfused op, the ENTRY
+computation of the standalone module (the op's parameters and the op).
+Computations a node calls (reducers, comparators, nested fusions) are not
+nodes: the calling node stands for them, and their work counts in
+kernel_feat.
+"""
+
+from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.features.config import CONFIG_FEATURE_NAMES, CONFIG_FEATURES, config_features
+from tpuperf_cli.features.nodes import NODE_FEATURE_NAMES, NODE_FEATURES, node_features
+from tpuperf_cli.features.opcodes import NUM_OPCODES, opcode_id, opcode_name
+from tpuperf_cli.hlo.cost import KERNEL_FEATURES
+
+__all__ = [
+    "KERNEL_FEATURES", "NODE_FEATURES", "CONFIG_FEATURES", "NODE_FEATURE_NAMES",
+    "CONFIG_FEATURE_NAMES", "NUM_OPCODES", "GRAPH_FIELDS", "FeaturizeError",
+    "featurize_kernel", "featurize_module", "kernel_nodes", "node_features",
+    "config_features", "opcode_id", "opcode_name",
+]
+
+GRAPH_FIELDS = ("node_opcode", "node_feat", "edge_index", "kernel_feat", "config_feat")
+
+
+class FeaturizeError(TpuperfError):
+    """A kernel that cannot be featurized (bad HLO, unknown shape, ...)."""
+
+
+def kernel_nodes(module):
+    """(instructions, computation): the nodes of a standalone kernel module,
+    in topological order (operands before users)."""
+    entry = module.entry
+    if entry is None or not entry.instructions:
+        raise FeaturizeError("the module has no ENTRY computation")
+    root = entry.root
+    comp = entry
+    if root.opcode == "fusion":
+        name = root.attrs.get("calls")
+        name = name.strip().lstrip("%") if name else (root.called[0] if root.called else None)
+        comp = module.computations.get(name) if name else None
+        if comp is None:
+            raise FeaturizeError(f"fusion '{root.name}' calls computation "
+                                 f"'{name}', which is not in the module")
+    return _topological(comp), comp
+
+
+def _topological(comp):
+    instrs = comp.instructions
+    pos = {}
+    ordered = True
+    for k, ins in enumerate(instrs):
+        for o in ins.operands:
+            p = pos.get(o)
+            if p is None:
+                if o in comp.by_name:
+                    ordered = False      # used before it is defined: sort below
+                    break
+                raise FeaturizeError(f"instruction '{ins.name}' uses '{o}', which is not "
+                                     f"defined in computation '{comp.name}'")
+        pos[ins.name] = k
+        if not ordered:
+            break
+    if ordered:
+        return instrs
+    # depth-first post order, keeping the printed order where it is valid
+    out = []
+    state = {}
+    by_name = comp.by_name
+    for start in instrs:
+        if start.name in state:
+            continue
+        stack = [(start, 0)]
+        state[start.name] = 1
+        while stack:
+            ins, k = stack.pop()
+            if k < len(ins.operands):
+                stack.append((ins, k + 1))
+                o = ins.operands[k]
+                s = state.get(o)
+                if s is None:
+                    dep = by_name.get(o)
+                    if dep is None:
+                        raise FeaturizeError(f"instruction '{ins.name}' uses '{o}', which is "
+                                             f"not defined in computation '{comp.name}'")
+                    state[o] = 1
+                    stack.append((dep, 0))
+                elif s == 1:
+                    raise FeaturizeError(f"computation '{comp.name}' has a cycle through "
+                                         f"'{o}'")
+            else:
+                state[ins.name] = 2
+                out.append(ins)
+    return out
+
+
+def featurize_module(module, config=None):
+    """Graph fields (numpy arrays, see the module docstring) of a parsed
+    standalone kernel module. Raises FeaturizeError."""
+    import numpy as np
+
+    from tpuperf_cli.hlo.cost import kernel_cost
+
+    nodes, comp = kernel_nodes(module)
+    root = comp.root
+    index = {ins.name: k for k, ins in enumerate(nodes)}
+    opcodes = []
+    rows = []
+    edges = []
+    for u, ins in enumerate(nodes):
+        opcodes.append(opcode_id(ins.opcode))
+        try:
+            rows.append(node_features(ins, ins is root))
+        except (ValueError, KeyError, IndexError) as e:
+            raise FeaturizeError(f"instruction '{ins.name}' ({ins.opcode}): {e}") from None
+        ops = ins.operands
+        if ops:
+            vs = {index[o] for o in ops}
+            for v in sorted(vs):
+                edges.append((u, v))
+    try:
+        cost = kernel_cost(module)
+    except (ValueError, KeyError, IndexError, TypeError) as e:
+        raise FeaturizeError(f"cost analysis: {e}") from None
+    try:
+        cfg = config_features(config)
+    except ValueError as e:
+        raise FeaturizeError(str(e)) from None
+    return {
+        "node_opcode": np.array(opcodes, dtype=np.int32),
+        "node_feat": np.array(rows, dtype=np.float32).reshape(len(rows), NODE_FEATURES),
+        "edge_index": np.array(edges, dtype=np.int32).reshape(len(edges), 2),
+        "kernel_feat": np.array([cost[k] for k in KERNEL_FEATURES], dtype=np.float32),
+        "config_feat": np.array(cfg, dtype=np.float32),
+    }
+
+
+def featurize_kernel(record):
+    """Graph fields (numpy arrays) for a kernel record: its "hlo" (a
+    standalone HloModule) and optional "config". Raises FeaturizeError or
+    ParseError (bad HLO)."""
+    from tpuperf_cli.hlo.parser import parse_module
+
+    hlo = record.get("hlo")
+    if not isinstance(hlo, str) or not hlo.strip():
+        raise FeaturizeError("field 'hlo' is missing or not HLO text")
+    try:
+        module = parse_module(hlo, "hlo")
+        return featurize_module(module, record.get("config"))
+    except TpuperfError:
+        raise
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, ZeroDivisionError,
+            RecursionError) as e:
+        # HLO the parser accepted but that is not a well-formed kernel
+        raise FeaturizeError(f"cannot featurize: {type(e).__name__}: {e}") from None

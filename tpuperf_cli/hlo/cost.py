@@ -1,0 +1,498 @@
+"""Static cost analysis of a kernel: flops, transcendentals, bytes.
+
+Follows the conventions of XLA's HloCostAnalysis (xla/service/
+hlo_cost_analysis.cc), which is what `compiled.cost_analysis()` reports, so
+the numbers mean what XLA users expect, without needing jaxlib:
+
+- elementwise ops cost one flop per output element; exp, log, logistic,
+  power, sqrt, cbrt, rsqrt, tanh, sine, cosine, tan, expm1, log1p, atan2
+  and erf count as transcendentals instead;
+- dot: 2 x output elements x contracted size (an FMA is 2 flops);
+- convolution: 2 x (input features / feature groups) x output features x
+  (batch / batch groups) x the number of valid (kernel, output) position
+  pairs per spatial dimension (padding and dilation holes excluded);
+- reduce: the reducer's cost x (input elements - output elements);
+  reduce-window: the reducer's cost x (window size - 1) x output elements
+  (with XLA's special case of a reduce-then-broadcast window); map,
+  scatter, select-and-scatter: the called computation's cost per element;
+- sort: n x ceil(log2 n) flops; fft: 8 x prod(floor(log2 fft_length)) x
+  elements; rng: one transcendental per element; all-reduce: one flop per
+  element; custom-call: unknown (0 here; XLA reports -1);
+- data movement (copy, transpose, broadcast, slice, pad, concatenate,
+  gather, iota, ...) costs no flops;
+- a fusion costs the sum over its fused computation.
+
+Bytes follow XLA's accounting for the kernel instruction: an unfused op reads
+its operands and writes its output, except that slice, dynamic-slice and
+gather read only what they produce, dynamic-update-slice writes only its
+update (operand 0 is aliased), bitcasts and layout-preserving transposes
+move nothing. A fusion writes its output (a dynamic-update-slice root: only
+the update) and reads each parameter once, except where only a slice or a
+dynamic-slice of it is used (then the slices' bytes), or where a broadcast
+or reshape re-reads it; constants larger than a scalar are read too.
+Arrays count element bytes only (no tuple pointer tables).
+
+    >>> from tpuperf_cli.hlo.parser import parse_module
+    >>> m = parse_module('''HloModule m
+    ... ENTRY e {
+    ...   a = f32[8,16]{1,0} parameter(0)
+    ...   b = f32[16,4]{1,0} parameter(1)
+    ...   ROOT d = f32[8,4]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+    ... }''', "m.hlo")
+    >>> c = kernel_cost(m)
+    >>> c["flops"], c["bytes_read"], c["bytes_written"]
+    (1024, 768, 128)
+"""
+
+from tpuperf_cli.hlo import attrs as A
+
+KERNEL_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "output_bytes")
+
+TRANSCENDENTAL = frozenset({
+    "exponential", "log", "logistic", "power", "sqrt", "cbrt", "rsqrt", "tanh", "sine",
+    "cosine", "exponential-minus-one", "log-plus-one", "atan2", "tan", "erf",
+})
+
+ELEMENTWISE = frozenset({
+    "abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "complex", "convert",
+    "cosine", "count-leading-zeros", "divide", "erf", "exponential", "exponential-minus-one",
+    "floor", "imag", "is-finite", "log", "log-plus-one", "logistic", "maximum", "minimum",
+    "multiply", "negate", "not", "or", "popcnt", "power", "real", "reduce-precision",
+    "remainder", "round-nearest-afz", "round-nearest-even", "rsqrt", "select",
+    "shift-left", "shift-right-arithmetic", "shift-right-logical", "sign", "sine", "sqrt",
+    "subtract", "tan", "tanh", "xor", "stochastic-convert",
+    "acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh",
+})
+
+
+class CostError(ValueError):
+    """An instruction the analysis cannot cost (missing operand, bad attribute)."""
+
+
+def _elements(shape):
+    n = 1
+    for d in shape.dims:
+        n *= d
+    return n
+
+
+def _log2_ceil(n):
+    return (n - 1).bit_length() if n > 1 else 0
+
+
+def _log2_floor(n):
+    return n.bit_length() - 1 if n > 0 else 0
+
+
+class _Analysis:
+    def __init__(self, module):
+        self.module = module
+        self._comp_cost = {}
+
+    # -------------------------------------------------------- flops
+
+    def computation(self, name):
+        """(flops, transcendentals) summed over a computation."""
+        hit = self._comp_cost.get(name)
+        if hit is not None:
+            return hit
+        try:
+            comp = self.module.computations[name.lstrip("%")]
+        except KeyError:
+            raise CostError(f"computation '{name}' is not in the module") from None
+        self._comp_cost[name] = (0, 0)       # guards against a cycle
+        f = t = 0
+        for ins in comp.instructions:
+            a, b = self.instruction(comp, ins)
+            f += a
+            t += b
+        self._comp_cost[name] = (f, t)
+        return f, t
+
+    def _operand(self, comp, ins, k):
+        try:
+            return comp.by_name[ins.operands[k]].shape
+        except (IndexError, KeyError):
+            raise CostError(f"instruction '{ins.name}' ({ins.opcode}): operand {k} "
+                            f"is missing") from None
+
+    def _callee(self, ins, key):
+        name = ins.attrs.get(key)
+        if name is None:
+            if ins.called:
+                return self.computation(ins.called[0])
+            raise CostError(f"instruction '{ins.name}' ({ins.opcode}) has no {key}")
+        return self.computation(name.strip().lstrip("%"))
+
+    def instruction(self, comp, ins):
+        """(flops, transcendentals) of one instruction."""
+        op = ins.opcode
+        if op in ELEMENTWISE:
+            n = _elements(ins.shape)
+            return (0, n) if op in TRANSCENDENTAL else (n, 0)
+        handler = _HANDLERS.get(op)
+        if handler is None:
+            return 0, 0
+        return handler(self, comp, ins)
+
+    # -------------------------------------------------------- bytes
+
+    def param_read_bytes(self, comp, param, users):
+        """XLA's FusionParameterReadBytes: bytes a fusion reads of one parameter."""
+        size = 0
+        seen_trivial = False
+        full = param.shape.byte_size()
+        for user in users.get(param.name, ()):
+            op = user.opcode
+            if op == "fusion":
+                inner = self.module.computations[_called(user)]
+                inner_users = _users(inner)
+                params = inner.parameters
+                for k, o in enumerate(user.operands):
+                    if o == param.name and k < len(params):
+                        size += self.param_read_bytes(inner, params[k], inner_users)
+            elif op == "slice":
+                size += user.shape.byte_size()
+            elif op == "dynamic-slice":
+                if user.operands and user.operands[0] == param.name:
+                    size += user.shape.byte_size()
+                elif not seen_trivial:
+                    seen_trivial = True
+                    size += full
+            elif op == "dynamic-update-slice":
+                if not (user.operands and user.operands[0] == param.name) and not seen_trivial:
+                    seen_trivial = True
+                    size += full
+            elif op in ("broadcast", "reshape"):
+                size += full
+            else:
+                if not seen_trivial:
+                    seen_trivial = True
+                    size += full
+        return size
+
+
+def _called(ins):
+    name = ins.attrs.get("calls")
+    if name is not None:
+        return name.strip().lstrip("%")
+    if ins.called:
+        return ins.called[0]
+    raise CostError(f"fusion '{ins.name}' names no fused computation (calls=)")
+
+
+def _users(comp):
+    users = {}
+    for ins in comp.instructions:
+        seen = set()
+        for o in ins.operands:
+            if o not in seen:
+                seen.add(o)
+                users.setdefault(o, []).append(ins)
+    return users
+
+
+# ------------------------------------------------------------ handlers
+
+def _dot(an, comp, ins):
+    lhs = an._operand(comp, ins, 0)
+    width = 1
+    for d in A.int_list(ins.attrs.get("lhs_contracting_dims", "{}")):
+        width *= lhs.dims[d]
+    return 2 * _elements(ins.shape) * width, 0
+
+
+def conv_flops(ins, lhs, rhs, out):
+    """XLA's GetConvolutionFlops for a convolution with these shapes."""
+    a = ins.attrs
+    d = A.conv_dims(a["dim_labels"]) if "dim_labels" in a else None
+    if d is None:
+        raise CostError(f"convolution '{ins.name}' has no dim_labels")
+    window = A.window(a["window"]) if "window" in a else []
+    fgc = int(a.get("feature_group_count", "1"))
+    bgc = int(a.get("batch_group_count", "1"))
+    input_feature = lhs.dims[d["input_feature"]]
+    output_feature = out.dims[d["output_feature"]]
+    batch = lhs.dims[d["input_batch"]]
+    positions = 1
+    for s, w in enumerate(window):
+        k_lim = rhs.dims[d["kernel_spatial"][s]]
+        o_lim = out.dims[d["output_spatial"][s]]
+        i_lim = lhs.dims[d["input_spatial"][s]]
+        stride, lo, hi = w["stride"], w["pad_low"], w["pad_high"]
+        wdil, bdil = w["rhs_dilate"], w["lhs_dilate"]
+        if (i_lim == o_lim and k_lim == o_lim and i_lim == bdil and wdil == 1
+                and max(1, i_lim - 1) == stride and lo == 0 and hi == 0):
+            positions *= i_lim
+            continue
+        if (i_lim == 1 and k_lim == o_lim and wdil == 1 and bdil == 1 and stride == 1
+                and hi == o_lim - 1 and lo == o_lim - 1):
+            positions *= o_lim
+            continue
+        count = 0
+        for k in range(k_lim):
+            base = k * wdil - lo
+            if bdil == 1:
+                # output positions o with 0 <= o*stride + base < i_lim
+                lo_o = 0 if base >= 0 else (-base + stride - 1) // stride
+                top = i_lim - 1 - base
+                if top < 0:
+                    continue
+                hi_o = min(top // stride, o_lim - 1)
+                if hi_o >= lo_o:
+                    count += hi_o - lo_o + 1
+            else:
+                for o in range(o_lim):
+                    u = o * stride + base
+                    if u % bdil:
+                        continue
+                    x = u // bdil
+                    if 0 <= x < i_lim:
+                        count += 1
+        positions *= count
+    return 2 * (input_feature // fgc) * output_feature * (batch // bgc) * positions
+
+
+def _convolution(an, comp, ins):
+    return conv_flops(ins, an._operand(comp, ins, 0), an._operand(comp, ins, 1), ins.shape), 0
+
+
+def _reduce(an, comp, ins):
+    f, t = an._callee(ins, "to_apply")
+    arg = an._operand(comp, ins, 0)
+    out = ins.shape.tuple_shapes[0] if ins.shape.is_tuple else ins.shape
+    n = _elements(arg) - _elements(out)
+    return f * n, t * n
+
+
+def _reduce_window(an, comp, ins):
+    f, t = an._callee(ins, "to_apply")
+    window = A.window(ins.attrs.get("window", "{}"))
+    wcount = 1
+    for w in window:
+        wcount *= w["size"]
+    out = ins.shape.tuple_shapes[0] if ins.shape.is_tuple else ins.shape
+    out_n = _elements(out)
+    n = (wcount - 1) * out_n
+    reducing = [w for w in window if w["size"] != 1]
+    padded = [w for w in window if w["pad_low"] != 0 or w["pad_high"] != 0]
+    if len(reducing) == 1 and len(padded) == 1 and not ins.shape.is_tuple:
+        for k, w in enumerate(window):
+            if (w["size"] != 1 and w["pad_low"] != 0 and w["pad_high"] != 0
+                    and w["pad_low"] == w["pad_high"] and w["size"] == 2 * w["pad_low"] + 1):
+                if w["pad_low"] == ins.shape.dims[k] - 1:
+                    size = ins.shape.dims[k]
+                    n = out_n // size + (size - 1)
+                break
+    return f * n, t * n
+
+
+def _select_and_scatter(an, comp, ins):
+    sf, st = an._callee(ins, "select")
+    cf, ct = an._callee(ins, "scatter")
+    source = _elements(an._operand(comp, ins, 1))
+    wcount = 1
+    for w in A.window(ins.attrs.get("window", "{}")):
+        wcount *= w["size"]
+    sel = source * (wcount - 1)
+    return sf * sel + cf * source, st * sel + ct * source
+
+
+def _map(an, comp, ins):
+    f, t = an._callee(ins, "to_apply")
+    n = _elements(ins.shape)
+    return f * n, t * n
+
+
+def _scatter(an, comp, ins):
+    f, t = an._callee(ins, "to_apply")
+    # operands: inputs..., indices, updates... (as many updates as inputs)
+    n_inputs = (len(ins.operands) - 1) // 2
+    updates = an._operand(comp, ins, n_inputs + 1)
+    n = _elements(updates)
+    return f * n, t * n
+
+
+def _sort(an, comp, ins):
+    n = _elements(an._operand(comp, ins, 0))
+    return n * _log2_ceil(n), 0
+
+
+def _fft(an, comp, ins):
+    shape = an._operand(comp, ins, 0)
+    if shape.is_tuple:
+        shape = shape.tuple_shapes[0]
+    factors = 1
+    for d in A.int_list(ins.attrs.get("fft_length", "{}")):
+        factors *= _log2_floor(d)
+    return 2 * 4 * factors * _elements(shape), 0
+
+
+def _triangular_solve(an, comp, ins):
+    a = an._operand(comp, ins, 0)
+    b = an._operand(comp, ins, 1)
+    return 2 * a.dims[-1] * _elements(b), 0
+
+
+def _cholesky(an, comp, ins):
+    a = an._operand(comp, ins, 0)
+    return a.dims[-1] * _elements(a) // 3, 0
+
+
+def _rng(an, comp, ins):
+    return 0, _elements(ins.shape)
+
+
+def _rng_bit_generator(an, comp, ins):
+    return 0, sum(_elements(s) for s in ins.shape.leaves())
+
+
+def _all_reduce(an, comp, ins):
+    return sum(_elements(s) for s in ins.shape.leaves()), 0
+
+
+def _fusion(an, comp, ins):
+    return an.computation(_called(ins))
+
+
+def _call(an, comp, ins):
+    return an._callee(ins, "to_apply")
+
+
+def _async_start(an, comp, ins):
+    if ins.called:
+        return an.computation(ins.called[0])
+    return 0, 0
+
+
+_HANDLERS = {
+    "dot": _dot, "convolution": _convolution, "reduce": _reduce,
+    "reduce-window": _reduce_window, "select-and-scatter": _select_and_scatter,
+    "map": _map, "scatter": _scatter, "sort": _sort, "fft": _fft,
+    "triangular-solve": _triangular_solve, "cholesky": _cholesky, "rng": _rng,
+    "rng-bit-generator": _rng_bit_generator, "all-reduce": _all_reduce,
+    "all-reduce-start": _all_reduce, "fusion": _fusion, "call": _call,
+    "async-start": _async_start,
+}
+
+
+# ------------------------------------------------------------ bytes of a kernel
+
+def _transpose_is_bitcast(ins, operand):
+    perm = A.int_list(ins.attrs.get("dimensions", "{}"))
+    out_m2m = ins.shape.minor_to_major
+    in_m2m = operand.minor_to_major
+    rank = len(ins.shape.dims)
+    if out_m2m is None:
+        out_m2m = tuple(range(rank - 1, -1, -1))
+    if in_m2m is None:
+        in_m2m = tuple(range(rank - 1, -1, -1))
+    if len(perm) != rank or len(out_m2m) != rank or len(in_m2m) != rank:
+        return False
+    return all(perm[out_m2m[k]] == in_m2m[k] for k in range(rank))
+
+
+def _large_constant_bytes(comp):
+    total = 0
+    for i in comp.instructions:
+        if i.opcode == "constant" and i.shape.is_array and _elements(i.shape) > 1:
+            total += i.shape.byte_size()
+    return total
+
+
+def _kernel_bytes(an, comp, ins):
+    """(bytes read, bytes written) of the kernel instruction."""
+    op = ins.opcode
+    out = ins.shape.byte_size()
+    operands = [an._operand(comp, ins, k) for k in range(len(ins.operands))]
+    if op in ("parameter", "constant", "get-tuple-element", "bitcast", "after-all",
+              "add-dependency", "domain"):
+        return 0, 0
+    if op == "tuple":
+        return 0, out
+    if op == "transpose" and _transpose_is_bitcast(ins, operands[0]):
+        return 0, 0
+    if op == "slice":
+        return out, out
+    if op == "dynamic-slice":
+        return out + sum(s.byte_size() for s in operands[1:]), out
+    if op == "dynamic-update-slice":
+        upd = operands[1].byte_size()
+        return upd + sum(s.byte_size() for s in operands[2:]), upd
+    if op == "gather":
+        return out + operands[1].byte_size(), out
+    if op == "scatter":
+        n = (len(operands) - 1) // 2
+        upd = sum(s.byte_size() for s in operands[n + 1:])
+        return 2 * upd + operands[n].byte_size(), upd
+    if op == "triangular-solve":
+        return operands[0].byte_size() / 2 + operands[1].byte_size(), out
+    if op == "cholesky":
+        half = operands[0].byte_size() / 2
+        return half, half
+    if op == "fusion":
+        fused = an.module.computations[_called(ins)]
+        root = fused.root
+        written = 0
+        if ins.shape.is_tuple:
+            for k, s in enumerate(ins.shape.tuple_shapes):
+                src = fused.by_name.get(root.operands[k]) if root.opcode == "tuple" \
+                    and k < len(root.operands) else None
+                if src is not None and src.opcode == "dynamic-update-slice":
+                    written += fused.by_name[src.operands[1]].shape.byte_size()
+                else:
+                    written += s.byte_size()
+        elif root.opcode == "dynamic-update-slice":
+            written = fused.by_name[root.operands[1]].shape.byte_size()
+        else:
+            written = out
+        users = _users(fused)
+        read = _large_constant_bytes(fused)
+        for p in fused.parameters:
+            read += an.param_read_bytes(fused, p, users)
+        return read, written
+    return sum(s.byte_size() for s in operands), out
+
+
+# ------------------------------------------------------------ public
+
+def kernel_instruction(module):
+    """The instruction a standalone kernel module runs: its ENTRY root."""
+    if module.entry is None or module.entry.root is None:
+        raise CostError("the module has no ENTRY computation with a ROOT instruction")
+    return module.entry, module.entry.root
+
+
+def kernel_cost(module):
+    """Static cost of a standalone kernel module (an ir.Module whose ENTRY
+    runs one kernel, as hlo-split writes them).
+
+    Returns {"flops", "transcendentals", "bytes_read", "bytes_written",
+    "output_bytes"} (ints, floats for the halves of triangular-solve and
+    cholesky). flops and transcendentals are summed over every instruction
+    of the ENTRY computation (parameters cost nothing), as XLA's
+    HloCostAnalysis sums them; the bytes are those of the ENTRY root.
+    Raises CostError for a module it cannot cost.
+    """
+    an = _Analysis(module)
+    comp, root = kernel_instruction(module)
+    flops = trans = 0
+    for ins in comp.instructions:
+        f, t = an.instruction(comp, ins)
+        flops += f
+        trans += t
+    read = written = 0
+    for ins in comp.instructions:
+        if ins.opcode in ("parameter", "constant", "after-all"):
+            continue
+        r, w = _kernel_bytes(an, comp, ins)
+        read += r
+        written += w
+    return {"flops": flops, "transcendentals": trans, "bytes_read": read,
+            "bytes_written": written, "output_bytes": root.shape.byte_size()}
+
+
+def computation_cost(module, name):
+    """(flops, transcendentals) of one computation of a module, summed over
+    its instructions (what XLA charges for one run of it)."""
+    return _Analysis(module).computation(name)
