@@ -39,7 +39,7 @@ def cli(inputs, output, skip_bad, quiet):
                                     (hlo_opcode.h, 1..120); newer XLA
                                     opcodes 121..138; 0 unknown
       node_feat    float32 (n,140)  TpuGraphs "Node Features", index for index
-      edge_index   int32 (m,2)      row [u, v] means node u CONSUMES node v's
+      edge_index   int32 (m,2)      row [u, v] means node u consumes node v's
                                     output (TpuGraphs convention: edges
                                     point from user to operand); one row per
                                     distinct operand

@@ -60,7 +60,7 @@ ELEMENTWISE = frozenset({
     "multiply", "negate", "not", "or", "popcnt", "power", "real", "reduce-precision",
     "remainder", "round-nearest-afz", "round-nearest-even", "rsqrt", "select",
     "shift-left", "shift-right-arithmetic", "shift-right-logical", "sign", "sine", "sqrt",
-    "subtract", "tan", "tanh", "xor", "stochastic-convert",
+    "subtract", "tan", "tanh", "xor", "stochastic-convert", "bitcast-convert",
     "acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh",
 })
 
