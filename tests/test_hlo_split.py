@@ -337,6 +337,57 @@ def test_tpu_sample_kernels_split_into_their_one_kernel():
         assert fingerprint(again, k2) == fingerprint(module, k)
 
 
+_COMPILE_ALL = r"""
+import sys
+import jax
+from jax._src.lib import xla_client as xc
+from tpuperf_cli.hlo.parser import parse_module
+from tpuperf_cli.hlo.split import compilable_module, kernel_records
+client = jax.devices("cpu")[0].client
+devices = xc.DeviceList(tuple(jax.devices("cpu")[:1]))
+n = 0
+for path in sys.argv[1:]:
+    for r in kernel_records(parse_module(open(path).read(), path)):
+        text = compilable_module(r["hlo"])
+        if r["opcode"] != "fusion":
+            assert text == r["hlo"]
+        comp = xc.XlaComputation(xc._xla.hlo_module_from_text(text).as_serialized_hlo_module_proto())
+        mlir = xc._xla.mlir.xla_computation_to_mlir_module(comp)
+        client.compile_and_load(mlir, devices, xc.CompileOptions())
+        n += 1
+print(n)
+"""
+
+
+def test_kernels_compile_on_cpu():
+    """Every kernel compiles with XLA:CPU (through StableHLO, as jaxlib
+    compiles), after compilable_module; in a child process, because XLA
+    aborts the process on some inputs instead of raising."""
+    pytest.importorskip("jax")
+    files = [p for p in EXAMPLES if os.path.basename(p) in ("mlp_s_train.hlo", "cnn_s_train.hlo")]
+    if not files:
+        pytest.skip("examples/hlo/*.hlo not generated yet")
+    p = subprocess.run([sys.executable, "-c", _COMPILE_ALL, *files], capture_output=True,
+                       cwd=ROOT, timeout=600)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    assert int(p.stdout.split()[-1]) > 50
+
+
+def test_compilable_module_unfuses_the_root_fusion():
+    from tpuperf_cli.hlo.split import compilable_module
+
+    text = _KERNEL.replace("ROOT %m = f32[8,8]{1,0} multiply(%p0, %p1)",
+                           "%t = f32[64]{0} bitcast(%p0)\n  %u = f32[8,8]{1,0} bitcast(%t)\n"
+                           "  ROOT %m = f32[8,8]{1,0} multiply(%u, %p1)")
+    m = parse_module(text)
+    (k,) = find_kernels(m)
+    out = compilable_module(kernel_module(m, k))
+    again = parse_module(out)
+    assert [i.opcode for i in again.entry.instructions] == \
+        ["parameter", "parameter", "reshape", "reshape", "multiply"]
+    assert len(again.computations) == 1
+
+
 # ---------------------------------------------------------------- fingerprints
 
 _KERNEL = """HloModule m
