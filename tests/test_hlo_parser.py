@@ -68,7 +68,7 @@ def test_example_programs_parse_like_xla(path):
                 assert ins.literal is not None
 
 
-@pytest.mark.parametrize("name", ["gpu_style", "tpu_style"])
+@pytest.mark.parametrize("name", ["gpu_style", "tpu_style", "async_explicit"])
 def test_fixtures_parse_like_xla(name):
     _same_as_xla((DATA / f"{name}.hlo").read_text(), name)
 

@@ -308,6 +308,13 @@ def test_gpu_style_fixture():
         assert n not in names
 
 
+def test_explicit_async_wrapper_is_entered():
+    text = (DATA / "async_explicit.hlo").read_text()
+    module, kernels = _check_program(text, "async_explicit.hlo")
+    assert module.computations["wrapped"].attrs == {"execution_thread": '"parallel"'}
+    assert [(k.name, k.opcode) for k in kernels] == [("wrapped/n", "negate")]
+
+
 def test_tpu_style_fixture_keeps_tiled_layouts():
     module = parse_module((DATA / "tpu_style.hlo").read_text(), "tpu_style.hlo")
     (k,) = find_kernels(module)

@@ -97,6 +97,7 @@ class Computation:
     is_entry: bool = False
     line: int = 0
     signature: str = None            # raw `(p: f32[4]) -> f32[4]` text, if printed
+    attrs: dict = field(default_factory=dict)  # after the `}`: execution_thread="..."
 
     def __post_init__(self):
         self.by_name = {i.name: i for i in self.instructions}

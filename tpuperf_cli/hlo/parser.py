@@ -321,8 +321,10 @@ class _Parser:
             if not s:
                 continue
             if current is not None:
-                if s == "}":
+                if s == "}" or (s[0] == "}" and s[1:].lstrip().startswith(",")):
                     comp = self._finish(current, lineno)
+                    if s != "}":
+                        comp.attrs = self._attrs(line, line.index(",") + 1, lineno)
                     if comp.name in computations:
                         self.error(current[2], 1, f"computation '{comp.name}' is defined twice")
                     computations[comp.name] = comp

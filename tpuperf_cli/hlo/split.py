@@ -218,7 +218,8 @@ def _print_computation(comp, cname, normalize, entry=False):
     for ins in comp.instructions:
         lines.append("  " + _print_instruction(ins, iname, cname, normalize,
                                                is_root=ins is root))
-    lines.append("}")
+    tail = ", ".join(f"{k}={v}" for k, v in comp.attrs.items()) if not entry else ""
+    lines.append("}, " + tail if tail else "}")
     return "\n".join(lines)
 
 
