@@ -15,7 +15,7 @@ P, B = 2e11, 1e10          # ridge point 20 op/byte
 COEF = {"fusion:kLoop": 3.0, "dot": 1.5, "elementwise": 6.0}
 
 
-def synthetic(n_per_kind=30, seed=0, noise=0.0):
+def synthetic(n_per_kind=30, seed=0, noise=0.0, overhead_ns=0.0):
     """Graph records whose runtimes follow the roofline exactly (or with
     log-normal noise)."""
     rng = np.random.default_rng(seed)
@@ -27,7 +27,7 @@ def synthetic(n_per_kind=30, seed=0, noise=0.0):
             memory = float(rng.uniform(1e4, 1e7))
             intensity = float(np.exp(rng.uniform(np.log(0.5), np.log(500))))  # op/byte
             flops = memory * intensity
-            t = c * max(flops / P, memory / B) * 1e9
+            t = c * max(flops / P, memory / B) * 1e9 + overhead_ns
             t *= float(np.exp(rng.normal(0, noise))) if noise else 1.0
             feat = np.array([flops, 0, memory * 0.75, memory * 0.25, memory * 0.25], np.float32)
             records.append(new_record(
@@ -66,6 +66,16 @@ def test_fit_with_given_peaks_recovers_coefficients():
     assert b.info["fitted_peaks"] is False
     rec = _encode(synthetic())[0]
     assert b.predict_record(rec) == pytest.approx(rec["runtime_ns"], rel=1e-3)
+
+
+def test_fit_recovers_overhead():
+    recs = _encode(synthetic(overhead_ns=6000.0))
+    b = bl.fit_records(recs)
+    assert b.overhead_ns == pytest.approx(6000.0, rel=0.1)
+    assert b.info["train_mape"] < 5.0
+    pure = bl.fit_records(recs, overhead=False)
+    assert pure.overhead_ns == 0.0
+    assert pure.info["train_mape"] > 3 * b.info["train_mape"]
 
 
 def test_rare_and_unseen_kinds_use_other():

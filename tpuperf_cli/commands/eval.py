@@ -184,4 +184,7 @@ def _run_model(path, records, batch_size):
     """Predicted ns for each record from a model file, via the model library."""
     from tpuperf_cli.eval.predictors import model_predictions
 
-    return model_predictions(path, records, batch_size)
+    pred, model = model_predictions(path, records, batch_size)
+    click.echo(f"eval: {path}: model {model.name} ({model.task} task, "
+               f"{model.cfg.gnn}/{model.cfg.reduction})", err=True)
+    return pred

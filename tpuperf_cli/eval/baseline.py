@@ -5,12 +5,15 @@ For a kernel with static cost features (featurize's kernel_feat)
     compute = flops + transcendentals              (operations)
     memory  = bytes_read + bytes_written           (bytes)
     roof    = max(compute / P, memory / B)         (seconds)
-    t       = c[kind] * roof                       (seconds; x 1e9 for ns)
+    t       = t0 + c[kind] * roof                  (seconds; x 1e9 for ns)
 
 P is the peak rate (operations/s) and B the memory bandwidth (bytes/s) of
 the target, kind is the kernel's kind ("fusion:kLoop", "fusion:kInput",
-..., or an opcode family such as "dot", "convolution", "elementwise"), and
-c[kind] >= 0 says how far from the roofline that kind of kernel runs.
+..., or an opcode family such as "dot", "convolution", "elementwise"),
+c[kind] > 0 says how far from the roofline that kind of kernel runs, and t0
+is a fixed cost per kernel launch of the target (one number; 0 with
+overhead=False). On the CPU every kernel costs about 6 us however small (the
+runtime's dispatch), which a pure roofline cannot express.
 
 Fitting (`fit`) minimises the squared error of log(t) over the measured
 kernels, the loss the learned model uses for the fusion task:
@@ -18,19 +21,21 @@ kernels, the loss the learned model uses for the fusion task:
 * With per-kind coefficients, the overall scale of P and B is absorbed by the
   coefficients; only the ridge point R = P / B (operations per byte, where a
   kernel turns from memory- to compute-bound) shapes the prediction. R is
-  found by a search over a log grid (0.01 to 10 000 op/byte, refined).
-* For a given R, the best log c[kind] is the mean of log(t / roof) over the
-  kind's kernels (closed form).
-* P and B are then reported for a single coefficient of 1, i.e. as the
-  effective roofline of all measured kernels together (B = geometric mean
-  of memory-equivalent bytes / runtime), so c[kind] reads as "this kind runs
-  c times slower than the average kernel's roofline".
+  found by a search over a log grid (0.01 to 10 000 op/byte, refined), t0 by
+  a search over 0 and fractions (1 % to 98 %) of the fastest measured kernel.
+* For given R and t0, log c[kind] is the mean of log((t - t0) / roof) over
+  the kind's kernels (closed form); the (R, t0) pair with the smallest
+  log(t) error wins.
+* P and B are then reported so that the kernels' coefficients have a
+  geometric mean of 1, i.e. as the effective roofline of all measured
+  kernels together, and c[kind] reads as "this kind runs c times slower
+  than the average kernel".
 
 Alternatively P and B can be given (per-target constants from a data sheet,
 e.g. a TPU v3 core: 61.5e12 bf16 flop/s and 450e9 bytes/s HBM), and then only
-the coefficients are fitted. Kinds seen fewer than `min_kernels` times share
-the coefficient "other" (fitted on all kernels), which is also used for
-kinds never seen in training.
+the coefficients (and t0) are fitted. Kinds seen fewer than `min_kernels`
+times share the coefficient "other" (fitted on all kernels), which is also
+used for kinds never seen in training.
 """
 
 import json
@@ -43,7 +48,7 @@ from tpuperf_cli.stream import decode_array, is_array
 
 FORMAT = "tpuperf-baseline"
 VERSION = 1
-FORMULA = ("t_ns = 1e9 * c[kind] * max((flops + transcendentals) / peak_flops, "
+FORMULA = ("t_ns = overhead_ns + 1e9 * c[kind] * max((flops + transcendentals) / peak_flops, "
            "(bytes_read + bytes_written) / bandwidth)")
 
 # kernel_feat layout written by featurize (tpuperf_cli.features.KERNEL_FEATURES)
@@ -113,12 +118,14 @@ def _roof_bytes(compute, memory, ridge):
 
 
 class Baseline:
-    """A fitted roofline: peak_flops (op/s), bandwidth (B/s), coef per kind."""
+    """A fitted roofline: peak_flops (op/s), bandwidth (B/s), coef per kind,
+    overhead_ns per kernel."""
 
-    def __init__(self, peak_flops, bandwidth, coef, info=None):
+    def __init__(self, peak_flops, bandwidth, coef, info=None, overhead_ns=0.0):
         self.peak_flops = float(peak_flops)
         self.bandwidth = float(bandwidth)
         self.coef = {str(k): float(v) for k, v in coef.items()}
+        self.overhead_ns = float(overhead_ns)
         self.info = dict(info or {})
 
     # ------------------------------------------------------------ predict
@@ -127,7 +134,7 @@ class Baseline:
 
     def predict_ns(self, compute, memory, kind):
         roof = max(compute / self.peak_flops, memory / self.bandwidth, 1.0 / self.bandwidth)
-        return 1e9 * self.coefficient(kind) * roof
+        return self.overhead_ns + 1e9 * self.coefficient(kind) * roof
 
     def predict_record(self, record, where="record"):
         compute, memory = cost_features(record, where)
@@ -138,6 +145,7 @@ class Baseline:
         return {
             "format": FORMAT, "v": VERSION, "formula": FORMULA,
             "peak_flops": self.peak_flops, "bandwidth": self.bandwidth,
+            "overhead_ns": self.overhead_ns,
             "ridge_flops_per_byte": self.peak_flops / self.bandwidth,
             "coef": dict(sorted(self.coef.items())),
             **self.info,
@@ -162,17 +170,20 @@ class Baseline:
         try:
             info = {k: v for k, v in d.items()
                     if k not in ("format", "v", "formula", "peak_flops", "bandwidth",
-                                 "ridge_flops_per_byte", "coef")}
-            return cls(d["peak_flops"], d["bandwidth"], d["coef"], info)
+                                 "ridge_flops_per_byte", "coef", "overhead_ns")}
+            return cls(d["peak_flops"], d["bandwidth"], d["coef"], info,
+                       d.get("overhead_ns", 0.0))
         except (KeyError, TypeError, ValueError) as e:
             raise TpuperfError(f"{path}: bad baseline file ({e})") from None
 
 
-def fit(compute, memory, kinds, runtime_ns, peak_flops=None, bandwidth=None, min_kernels=3):
+def fit(compute, memory, kinds, runtime_ns, peak_flops=None, bandwidth=None, min_kernels=3,
+        overhead=True):
     """Fit a Baseline on measured kernels (arrays of equal length).
 
     peak_flops and bandwidth: both given (per-target constants) or both None
-    (fitted). Returns the Baseline; its info holds the fit's statistics.
+    (fitted). overhead: also fit the fixed cost per kernel t0 (else 0).
+    Returns the Baseline; its info holds the fit's statistics.
     """
     compute = np.asarray(compute, dtype=np.float64)
     memory = np.asarray(memory, dtype=np.float64)
@@ -182,6 +193,8 @@ def fit(compute, memory, kinds, runtime_ns, peak_flops=None, bandwidth=None, min
         raise ValueError("fit: arrays differ in length")
     if (peak_flops is None) != (bandwidth is None):
         raise TpuperfError("give both peak flops and bandwidth, or neither (to fit them)")
+    if peak_flops is not None and not (peak_flops > 0 and bandwidth > 0):
+        raise TpuperfError("peak flops and bandwidth must be positive")
     ok = t > 0
     compute, memory, t, kinds = compute[ok], memory[ok], t[ok], kinds[ok]
     if t.size == 0:
@@ -198,56 +211,52 @@ def fit(compute, memory, kinds, runtime_ns, peak_flops=None, bandwidth=None, min
     gi = np.asarray([index[k] for k in group])
     size = np.bincount(gi, minlength=len(labels)).astype(np.float64)
 
-    def fit_logc(resid):
-        return np.bincount(gi, weights=resid, minlength=len(labels)) / np.maximum(size, 1)
+    def solve(ridge, t0):
+        """(loss, log c per kind) for a ridge point and overhead; the
+        roofline here is in byte-equivalents (c absorbs 1/B)."""
+        log_roof = np.log(_roof_bytes(compute, memory, ridge))
+        resid = np.log(t - t0) - log_roof
+        logc = np.bincount(gi, weights=resid, minlength=len(labels)) / np.maximum(size, 1)
+        pred = t0 + np.exp(logc[gi] + log_roof)
+        return float(np.mean((log_t - np.log(pred)) ** 2)), logc
 
-    def loss_for(ridge):
-        lr = log_t - np.log(_roof_bytes(compute, memory, ridge))
-        logc = fit_logc(lr)
-        return float(np.mean((lr - logc[gi]) ** 2)), lr
-
+    t_min = float(t.min())
+    t0_grid = [0.0] + (list(t_min * np.geomspace(0.01, 0.98, 30)) if overhead else [])
     if peak_flops is None:
-        grid = np.logspace(-2, 4, 61)
-        losses = [loss_for(r)[0] for r in grid]
-        best = int(np.argmin(losses))
-        lo = grid[max(best - 1, 0)]
-        hi = grid[min(best + 1, grid.size - 1)]
-        fine = np.geomspace(lo, hi, 41)
-        fl = [loss_for(r)[0] for r in fine]
-        ridge = float(fine[int(np.argmin(fl))])
-        loss, lr = loss_for(ridge)
-        # roof_seconds = roof_bytes / B; one overall coefficient of 1
-        bandwidth = float(math.exp(-np.mean(lr)))
-        peak_flops = ridge * bandwidth
-        fitted = True
+        ridges = np.logspace(-2, 4, 61)
     else:
-        peak_flops, bandwidth = float(peak_flops), float(bandwidth)
-        if peak_flops <= 0 or bandwidth <= 0:
-            raise TpuperfError("peak flops and bandwidth must be positive")
-        ridge = peak_flops / bandwidth
-        loss, lr = loss_for(ridge)
-        fitted = False
+        ridges = np.asarray([peak_flops / bandwidth])
+    best = min(((solve(r, t0)[0], r, t0) for r in ridges for t0 in t0_grid))
+    if peak_flops is None:  # refine the ridge point around the best
+        i = int(np.argmin(np.abs(ridges - best[1])))
+        fine = np.geomspace(ridges[max(i - 1, 0)], ridges[min(i + 1, ridges.size - 1)], 41)
+        best = min(best, min((solve(r, best[2])[0], r, best[2]) for r in fine))
+    loss, ridge, t0 = best
+    _, logc = solve(ridge, t0)
 
-    # coefficients relative to the roofline in seconds: t = c * roof_bytes / B
-    resid = log_t - np.log(_roof_bytes(compute, memory, ridge) / bandwidth)
-    logc = fit_logc(resid)
-    coef = {k: float(math.exp(logc[index[k]])) for k in labels}
+    # t = t0 + c_bytes * roof_bytes = t0 + (c_bytes * B) * roof_bytes / B; pick B so that
+    # the kernels' coefficients c = c_bytes * B have a geometric mean of 1 (or B given)
+    if peak_flops is None:
+        bandwidth = float(math.exp(-np.mean(logc[gi])))
+        peak_flops = ridge * bandwidth
+    coef = {k: float(math.exp(logc[index[k]]) * bandwidth) for k in labels}
     if "other" not in coef:
-        coef["other"] = float(math.exp(np.mean(resid)))
-    pred = np.exp(logc[gi]) * _roof_bytes(compute, memory, ridge) / bandwidth
-    compute_bound = compute / ridge > memory
+        resid = np.log(t - t0) - np.log(_roof_bytes(compute, memory, ridge))
+        coef["other"] = float(math.exp(np.mean(resid)) * bandwidth)
+    pred = t0 + np.exp(logc[gi]) * _roof_bytes(compute, memory, ridge)
     info = {
-        "fitted_peaks": fitted,
+        "fitted_peaks": ridges.size > 1,
         "kernels": int(t.size),
         "kernels_per_kind": {k: int(size[index[k]]) for k in labels},
-        "compute_bound_fraction": float(compute_bound.mean()),
+        "compute_bound_fraction": float((compute / ridge > memory).mean()),
         "log_rmse": float(math.sqrt(loss)),
         "train_mape": float(100 * np.mean(np.abs(pred - t) / t)),
     }
-    return Baseline(peak_flops, bandwidth, coef, info)
+    return Baseline(peak_flops, bandwidth, coef, info, overhead_ns=t0 * 1e9)
 
 
-def fit_records(records, peak_flops=None, bandwidth=None, min_kernels=3, stats=None):
+def fit_records(records, peak_flops=None, bandwidth=None, min_kernels=3, stats=None,
+                overhead=True):
     """Fit on an iterable of measured graph records. Records without
     runtime_ns (failed measurements) are skipped and counted in stats."""
     compute, memory, kinds, runtime = [], [], [], []
@@ -269,7 +278,7 @@ def fit_records(records, peak_flops=None, bandwidth=None, min_kernels=3, stats=N
         if isinstance(target, dict):
             key = (target.get("platform"), target.get("device_kind"))
             stats.setdefault("targets", {}).setdefault(key, target)
-    b = fit(compute, memory, kinds, runtime, peak_flops, bandwidth, min_kernels)
+    b = fit(compute, memory, kinds, runtime, peak_flops, bandwidth, min_kernels, overhead)
     b.info["programs"] = len(seen)
     targets = list(stats.get("targets", {}).values())
     if len(targets) == 1:

@@ -6,13 +6,16 @@ baseline never import torch or DGL.
 
 import numpy as np
 
-from tpuperf_cli.errors import TpuperfError
-
 
 def model_predictions(path, records, batch_size=256):
-    """Predicted runtime (ns, or a score where lower is faster) per record."""
-    try:
-        from tpuperf_cli import model as model_lib  # noqa: F401
-    except ImportError as e:
-        raise TpuperfError(f"cannot run model {path}: the model library is missing ({e})") from None
-    raise TpuperfError("model library API not wired yet")
+    """Predicted runtime (ns; for a tile-ranking model a score, lower =
+    faster) per record, in record order, from the model file at path, and
+    the model's name. Records are not changed. Errors (missing or bad model
+    file, records that are not graph records) are TpuperfErrors raised by
+    the model library, naming the record."""
+    from tpuperf_cli.model.data import example
+    from tpuperf_cli.model.predict import load_model
+
+    model = load_model(path)
+    examples = [example(r, i, "measured records") for i, r in enumerate(records, 1)]
+    return np.asarray(model.predict_examples(examples, batch_size), dtype=np.float64), model
