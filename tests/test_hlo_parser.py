@@ -258,3 +258,11 @@ def test_attrs_errors_are_value_errors():
                      (A.slice_bounds, "{0:4}"), (A.boolean, "maybe"), (A.replica_groups, "[2]")]:
         with pytest.raises(ValueError):
             fn(text)
+
+
+def test_trip_count_in_a_quoted_backend_config():
+    # TPU dumps print backend_config as a quoted string
+    attrs = {"backend_config": '"{\\"known_trip_count\\":{\\"n\\":\\"12\\"}}"'}
+    assert A.known_trip_count(attrs) == 12
+    assert A.known_trip_count({"backend_config": '""'}) is None
+    assert A.known_trip_count({"backend_config": '"opaque bytes"'}) is None

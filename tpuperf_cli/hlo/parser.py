@@ -54,7 +54,7 @@ while xor
 """.split())
 
 # Element types a shape may have besides the numeric ones in ir.ELEMENT_BYTES.
-ELEMENT_TYPES = frozenset(ELEMENT_BYTES) | {"token", "opaque"}
+ELEMENT_TYPES = frozenset(ELEMENT_BYTES) | {"token", "opaque", "s1", "u1"}
 
 # Attributes whose value names computations, and so build the call graph.
 CALL_ATTRS = ("calls", "to_apply", "body", "condition", "branch_computations",
