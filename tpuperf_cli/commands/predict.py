@@ -1,0 +1,78 @@
+"""`predict`: add the model's runtime prediction to each graph record."""
+
+import json
+import sys
+
+import click
+
+
+@click.command("predict", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--model", "-m", "model_path", type=click.Path(dir_okay=False),
+              help="Model file from `tpuperf train` (default: the bundled model).")
+@click.option("--batch-size", "-b", type=click.IntRange(1), default=512, show_default=True,
+              help="Graphs predicted together.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True), default="-",
+              help="Write records here (.zst: compressed) instead of stdout.")
+@click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
+@click.option("--threads", type=click.IntRange(0), default=0,
+              help="Torch threads (default: min(2, cores) or $TPUPERF_THREADS).")
+@click.option("--show-model", is_flag=True,
+              help="Print what the model file holds (name, task, target, hyperparameters, "
+                   "training data and figures) as JSON and exit.")
+def cli(files, model_path, batch_size, output, device, threads, show_model):
+    """Predict each kernel's runtime with a trained model.
+
+    Reads graph records (from featurize) from the files given (plain or
+    zstd; stdin when none or `-`) and writes each one back unchanged but
+    for two added fields:
+
+    \b
+      pred_ns   predicted runtime of one run of the kernel, in nanoseconds
+                (a tile-task model gives a score on the same scale that
+                orders a kernel's configurations: lower = faster)
+      model     the model's name (file stem and a hash of its weights)
+
+    Without --model, the model bundled with tpuperf is used: trained on
+    kernels of example JAX programs measured with XLA:CPU (see `predict
+    --show-model`). Its figures are for that machine; train your own for
+    another target (`tpuperf train --help`). When the records carry a
+    measurement target (from measure) other than the model's, predict warns
+    once on stderr.
+
+    Records are predicted --batch-size at a time, in input order, so
+    predict works in a pipe and on large shards alike. A record that is
+    not a graph record (e.g. a kernel record from hlo-split: no node
+    features) stops predict with an error suggesting featurize; the records
+    before it are written.
+
+    \b
+    Examples:
+      hlo-split prog.hlo | featurize | predict | score
+      predict --model tpu.pt shards/test.zst > predicted.msgpack
+      featurize < kernels.msgpack | predict -m model.pt -o predicted.zst
+      predict --show-model
+
+    Exit status: 0 on success, 1 on bad input or a bad model file.
+    """
+    from tpuperf_cli.model import set_threads
+
+    set_threads(threads or None)
+    from tpuperf_cli.model.predict import load_model, predict_records
+    from tpuperf_cli.stream import RecordWriter, read_many
+
+    model = load_model(model_path, device=device)
+    if show_model:
+        json.dump(model.describe(), sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+        return
+    records = read_many(list(files))
+    with RecordWriter(output) as out:
+        for record in predict_records(records, model, batch_size, name=_name(files)):
+            out.write(record)
+
+
+def _name(files):
+    if not files:
+        return "<stdin>"
+    return files[0] if len(files) == 1 else "input"

@@ -1,0 +1,163 @@
+"""`tpuperf train`: fit a performance model on measured graph records."""
+
+import click
+
+from tpuperf_cli.errors import TpuperfError
+
+
+@click.command("train", context_settings={"help_option_names": ["-h", "--help"],
+                                          "max_content_width": 100})
+@click.argument("files", nargs=-1)
+@click.option("--data", "-d", multiple=True, metavar="SHARD",
+              help="Training shard(s): files or quoted glob patterns (plain or .zst); repeatable.")
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False),
+              help="Model file to write (written atomically after every better epoch).")
+@click.option("--valid", "-v", multiple=True, metavar="SHARD",
+              help="Validation shard(s) for early stopping; repeatable, globs allowed.")
+@click.option("--split", type=click.Path(dir_okay=False),
+              help='JSON {"train": [...], "valid": [...], "test": [...]} of program names '
+                   "(examples/splits/*.json): train on the 'train' programs of --data and "
+                   "validate on its 'valid' programs (unless --valid is given).")
+@click.option("--task", type=click.Choice(["fusion", "tile"]), default="fusion", show_default=True,
+              help="fusion: predict each kernel's runtime; tile: rank the configurations of each "
+                   "kernel (records sharing program and kernel).")
+@click.option("--loss", type=click.Choice(["mse", "hinge", "logistic"]), default=None,
+              help="mse on log runtime (fusion default), or a pairwise rank loss within each "
+                   "kernel: hinge (tile default) or logistic.")
+@click.option("--epochs", type=click.IntRange(1), default=100, show_default=True, help="At most this many epochs.")
+@click.option("--batch-size", type=click.IntRange(1), default=64, show_default=True, help="Graphs per step.")
+@click.option("--lr", type=click.FloatRange(0, min_open=True), default=1e-3, show_default=True,
+              help="Adam learning rate (cosine decay to a tenth over --epochs).")
+@click.option("--weight-decay", type=click.FloatRange(0), default=0.0, show_default=True, help="AdamW weight decay.")
+@click.option("--margin", type=click.FloatRange(0), default=0.1, show_default=True,
+              help="Hinge margin (standardised log-runtime units).")
+@click.option("--patience", type=click.IntRange(1), default=10, show_default=True,
+              help="Stop after this many epochs without a better validation figure.")
+@click.option("--monitor", type=click.Choice(["loss", "mape", "tau"]), default=None,
+              help="Validation figure for early stopping (default: loss for fusion, tau for tile).")
+@click.option("--min-us", type=click.FloatRange(0), default=5.0, show_default=True,
+              help="Validation MAPE and tau use kernels measured at >= this many microseconds.")
+@click.option("--even/--no-even", default=True, show_default=True,
+              help="Draw examples evenly across programs (small programs repeated, large ones subsampled).")
+@click.option("--configs", type=click.IntRange(2), default=16, show_default=True,
+              help="Tile task: configurations drawn per kernel per epoch.")
+@click.option("--memory-mb", type=click.FloatRange(1), default=2048, show_default=True,
+              help="Decoded examples kept in memory; a larger corpus is streamed from its shards "
+                   "every epoch through a bounded shuffle buffer.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of all randomness (repeatable runs).")
+@click.option("--device", default="cpu", show_default=True, help="cpu or cuda (cuda:N).")
+@click.option("--threads", type=click.IntRange(0), default=0,
+              help="Torch threads (default: min(2, cores) or $TPUPERF_THREADS).")
+@click.option("--max-time", type=click.FloatRange(0), default=0, metavar="SECONDS",
+              help="Stop after the epoch that passes this much time (0: no limit).")
+@click.option("--gnn", type=click.Choice(["sage", "gat", "none"]), default="sage", show_default=True,
+              help="Message passing: GraphSAGE (the paper's), GAT, or none.")
+@click.option("--layers", type=click.IntRange(0), default=3, show_default=True, help="GNN layers (k).")
+@click.option("--hidden", type=click.IntRange(1), default=64, show_default=True, help="Embedding width.")
+@click.option("--opcode-dim", type=click.IntRange(1), default=32, show_default=True, help="Opcode embedding width.")
+@click.option("--neighbors", type=click.IntRange(1), default=20, show_default=True,
+              help="Neighbour lists truncated to this many per node and direction.")
+@click.option("--aggregate", type=click.Choice(["mean", "sum"]), default="mean", show_default=True,
+              help="GraphSAGE neighbour aggregation.")
+@click.option("--directed/--undirected", default=True, show_default=True,
+              help="Separate weights for operand and user edges.")
+@click.option("--normalize/--no-normalize", default=True, show_default=True,
+              help="L2-normalise node embeddings after each GNN layer.")
+@click.option("--reduction", type=click.Choice(["per-node", "column", "lstm", "transformer"]),
+              default="column", show_default=True,
+              help="Nodes -> kernel: per-node MLP then sum, column-wise mean & max, LSTM over "
+                   "topological order, or a Transformer encoder.")
+@click.option("--heads", type=click.IntRange(1), default=4, show_default=True, help="Attention heads (GAT, Transformer).")
+@click.option("--seq-layers", type=click.IntRange(1), default=1, show_default=True,
+              help="LSTM / Transformer layers in the reduction.")
+@click.option("--dropout", type=click.FloatRange(0, 1), default=0.0, show_default=True, help="Dropout rate.")
+@click.option("--resume", is_flag=True,
+              help="Continue an interrupted run from OUT.resume (its options and data order).")
+@click.option("--keep-state", is_flag=True,
+              help="Keep OUT.resume after a normal end (to continue training later).")
+@click.option("--name", help="Model name stem recorded in predictions (default: OUT's file name).")
+def cli(files, data, out, valid, split, task, loss, epochs, batch_size, lr, weight_decay, margin,
+        patience, monitor, min_us, even, configs, memory_mb, seed, device, threads, max_time,
+        gnn, layers, hidden, opcode_dim, neighbors, aggregate, directed, normalize, reduction,
+        heads, seq_layers, dropout, resume, keep_state, name):
+    """Train a performance model (a graph neural network) on measured kernels.
+
+    Reads graph records with runtime_ns (featurize, then measure: node_opcode,
+    node_feat, edge_index, kernel_feat, config_feat) from the shards given
+    with --data or as arguments (plain or zstd msgpack streams; quoted glob
+    patterns such as 'shards/*.zst' are expanded), and writes a model file
+    for predict. Records without runtime_ns (failed measurements) are
+    skipped.
+
+    The model is that of Kaufman et al. (MLSys 2021): an opcode embedding
+    and the node features (each node also gets its kernel's features and
+    tile configuration appended) go through a feed-forward layer, then
+    --layers GraphSAGE layers with separate weights for operand and user
+    edges, neighbour lists truncated to --neighbors and L2-normalised
+    embeddings, then a --reduction to one kernel embedding and a final
+    layer. Features are scaled with statistics of the training data only:
+    a signed log, then min-max to [0, 1].
+
+    --task fusion (default) fits the log runtime with MSE. --task tile
+    learns to rank the tile configurations of each kernel (records sharing
+    program and kernel, differing in config_feat) with a pairwise hinge or
+    logistic loss; batches hold whole kernels.
+
+    Examples are drawn evenly across programs (the data is imbalanced).
+    A corpus that does not fit --memory-mb is streamed from its shards each
+    epoch, so memory stays bounded.
+
+    After every epoch a line on stderr gives the training loss and, with
+    validation data (--valid or --split), the validation loss, the median
+    per-program MAPE and Kendall's tau on kernels >= --min-us (tile:
+    Tile-Size APE and mean per-kernel tau). The best model so far is
+    written to OUT atomically (a crash never leaves half a file); training
+    stops early after --patience epochs without improvement. OUT.resume
+    holds the loop's state after each epoch; --resume continues from it
+    with the same result as an uninterrupted run.
+
+    \b
+    The model file (torch.save of a plain dict, read with weights_only)
+    holds: the weights; the hyperparameters; the feature scaling (minimum
+    and maximum per feature, log-runtime mean and deviation); the opcode
+    vocabulary; the task and loss; the hardware target of the training
+    data (platform, device kind, chip); and how it was trained (data,
+    split, epochs, validation figures, time). `predict --model OUT
+    --show-model` prints it.
+
+    \b
+    Examples:
+      tpuperf train --data 'shards/*.zst' --out model.pt
+      tpuperf train --data 'examples/corpus/graphs/*.zst' \\
+          --split examples/splits/random.json --out cpu.pt
+      tpuperf train --task tile --data tile/*.zst --valid tile-valid/*.zst --out tile.pt
+      tpuperf train --data 'shards/*.zst' --out model.pt --resume
+      tpuperf train --data 'tpu/*.zst' --out tpu.pt --device cuda --gnn gat
+
+    Exit status: 0 on success, 1 on bad data (no examples, unreadable or
+    corrupt shards, kernel records without node features), 2 on a bad option.
+    """
+    from tpuperf_cli.model import set_threads
+
+    set_threads(threads or None)
+    from tpuperf_cli.model.net import NetConfig
+    from tpuperf_cli.model.train import TrainOptions, train
+
+    shards = list(data) + list(files)
+    if not shards:
+        raise TpuperfError("no training data: give shards with --data (e.g. --data 'shards/*.zst')",
+                           exit_code=2)
+    try:
+        net = NetConfig(opcode_dim=opcode_dim, hidden=hidden, gnn=gnn, layers=layers,
+                        neighbors=neighbors, aggregate=aggregate, directed=directed,
+                        normalize=normalize, heads=heads, reduction=reduction,
+                        seq_layers=seq_layers, dropout=dropout).check()
+    except ValueError as e:
+        raise TpuperfError(str(e), exit_code=2) from None
+    opts = TrainOptions(task=task, loss=loss or "", epochs=epochs, batch_size=batch_size, lr=lr,
+                        weight_decay=weight_decay, margin=margin, patience=patience,
+                        monitor=monitor or "", min_runtime_ns=min_us * 1000.0, even=even,
+                        configs=configs, memory_mb=memory_mb, seed=seed, device=device,
+                        threads=threads, max_time=max_time)
+    train(shards, out, net=net, opts=opts, valid=list(valid), split=split, resume=resume,
+          keep_state=keep_state, name=name)

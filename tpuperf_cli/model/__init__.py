@@ -1,0 +1,48 @@
+"""The learned performance model (Kaufman et al. 2021): a graph neural network
+in DGL that predicts a kernel's runtime from its graph record.
+
+Modules (torch and DGL are imported only by net, train and predict):
+    data     graph records -> examples -> scaled numpy batches; shards,
+             even sampling across programs, bounded-memory streaming
+    net      the network (opcode embedding, f1, GraphSAGE/GAT, reductions)
+    train    the training loop (losses, validation, early stopping,
+             atomic checkpoints, --resume)
+    predict  model files, load_model, predict_records, predict_batch
+
+Public functions others call:
+    tpuperf_cli.model.predict.load_model(path=None, device="cpu") -> Model
+    tpuperf_cli.model.predict.predict_records(records, model=None, batch_size=512)
+    tpuperf_cli.model.predict.predict_batch(model, records) -> np.ndarray (ns)
+    tpuperf_cli.model.train.train(data, out, net=NetConfig(...), opts=TrainOptions(...), ...)
+"""
+
+import os
+
+MODEL_FORMAT = "tpuperf-model"
+MODEL_VERSION = 1
+DEFAULT_MODEL = "default.pt"
+
+
+def default_model_path():
+    """The bundled model, shipped in tpuperf_cli/data/."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "data", DEFAULT_MODEL)
+
+
+def set_threads(threads=None):
+    """Limit torch (and OpenMP) to `threads` threads; default: at most 2 or
+    $TPUPERF_THREADS, so tools share a small machine politely."""
+    if threads is None:
+        env = os.environ.get("TPUPERF_THREADS")
+        threads = int(env) if env and env.isdigit() else min(2, os.cpu_count() or 1)
+    threads = max(1, int(threads))
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    # Idle OpenMP threads sleep instead of spinning: on a loaded machine
+    # spinning threads slow torch and DGL down ten-fold.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("DGLBACKEND", "pytorch")
+    import torch
+
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return threads

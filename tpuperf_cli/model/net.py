@@ -1,0 +1,236 @@
+"""The network: a kernel's graph in, one number out (Kaufman et al. 2021, sec. 4).
+
+    node input   x_i = [ embed(opcode_i) ++ scaled node features ++ kernel
+                         features ++ tile-config features ]        (n, E + F)
+    f1           h_i = MLP(x_i)                                     (n, H)
+    k GNN layers GraphSAGE with separate weights for the two edge directions
+                 (operands -> user and user -> operands), mean of the first
+                 `neighbors` neighbours, L2-normalised output; or GAT; or none
+    reduction    per-node sum, column-wise mean & max, LSTM over the nodes in
+                 topological order, or a Transformer encoder      (B, R)
+    head         MLP -> one number per kernel: the standardised log runtime
+                 (fusion task) or a ranking score (tile task)      (B,)
+
+Batches are built in numpy by tpuperf_cli.model.data (graphs concatenated,
+neighbour lists truncated, features scaled); `Net.forward` takes that batch
+already turned into tensors and DGL graphs by `to_device`.
+"""
+
+import os
+from dataclasses import dataclass, fields
+
+os.environ.setdefault("DGLBACKEND", "pytorch")
+
+import dgl  # noqa: E402
+import dgl.function as fn  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+GNNS = ("sage", "gat", "none")
+REDUCTIONS = ("per-node", "column", "lstm", "transformer")
+
+
+@dataclass
+class NetConfig:
+    """Hyperparameters of the network (saved in the model file)."""
+
+    num_opcodes: int = 139      # size of the opcode embedding table (ids >= this are "unknown", 0)
+    in_features: int = 169      # scaled features per node: 140 node + 5 kernel + 24 config
+    opcode_dim: int = 32        # opcode embedding width (the paper: 256)
+    hidden: int = 64            # width of node embeddings and of every MLP
+    gnn: str = "sage"           # "sage" (GraphSAGE, the paper's best), "gat", or "none"
+    layers: int = 3             # k: message-passing layers (the paper: 3)
+    neighbors: int = 20         # neighbour lists truncated to this many (the paper: 20)
+    aggregate: str = "mean"     # GraphSAGE neighbour aggregation: "mean" or "sum"
+    directed: bool = True       # separate weights for incoming and outgoing edges
+    normalize: bool = True      # L2-normalise node embeddings after each layer
+    heads: int = 4              # attention heads (GAT, Transformer)
+    reduction: str = "column"   # "per-node", "column", "lstm" or "transformer"
+    seq_layers: int = 1         # LSTM / Transformer encoder layers in the reduction
+    max_nodes: int = 512        # LSTM / Transformer see at most this many nodes (the last ones)
+    dropout: float = 0.0        # dropout in MLPs and the reduction
+
+    @classmethod
+    def from_dict(cls, d):
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown hyperparameter(s): {', '.join(sorted(unknown))}")
+        return cls(**d)
+
+    def check(self):
+        if self.gnn not in GNNS:
+            raise ValueError(f"gnn must be one of {', '.join(GNNS)}, not {self.gnn!r}")
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, not {self.reduction!r}")
+        if self.aggregate not in ("mean", "sum"):
+            raise ValueError(f"aggregate must be mean or sum, not {self.aggregate!r}")
+        if self.hidden < 1 or self.layers < 0 or self.neighbors < 1 or self.opcode_dim < 1:
+            raise ValueError("hidden, opcode_dim and neighbors must be positive, layers >= 0")
+        if self.reduction == "transformer" and self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        if self.gnn == "gat" and self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        return self
+
+
+def mlp(n_in, n_hidden, n_out, dropout=0.0, final_act=True):
+    layers = [nn.Linear(n_in, n_hidden), nn.ReLU()]
+    if dropout:
+        layers.append(nn.Dropout(dropout))
+    layers.append(nn.Linear(n_hidden, n_out))
+    if final_act:
+        layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+# ---------------------------------------------------------------- GNN layers
+
+class SageLayer(nn.Module):
+    """GraphSAGE with direction: h' = f3([h ++ agg_in(f2_in h) ++ agg_out(f2_out h)]).
+
+    g_in carries edges operand -> user (messages flow with the data), g_out
+    the reverse; both already truncated to `neighbors` edges per node.
+    """
+
+    def __init__(self, cfg):
+        super().__init__()
+        h = cfg.hidden
+        self.directed = cfg.directed
+        self.reducer = fn.mean if cfg.aggregate == "mean" else fn.sum
+        self.f2_in = nn.Linear(h, h)
+        self.f2_out = nn.Linear(h, h) if cfg.directed else self.f2_in
+        self.f3 = nn.Linear(3 * h, h)
+        self.normalize = cfg.normalize
+
+    def _aggregate(self, g, h, f2):
+        with g.local_scope():
+            g.srcdata["m"] = F.relu(f2(h))
+            g.update_all(fn.copy_u("m", "msg"), self.reducer("msg", "a"))
+            return g.dstdata["a"]
+
+    def forward(self, g_in, g_out, h):
+        a_in = self._aggregate(g_in, h, self.f2_in)      # (N, H) from operands
+        a_out = self._aggregate(g_out, h, self.f2_out)   # (N, H) from users
+        h = F.relu(self.f3(torch.cat([h, a_in, a_out], dim=1)))
+        return F.normalize(h, dim=1) if self.normalize else h
+
+
+class GatLayer(nn.Module):
+    """GAT (the paper's ablation): attention over operands and over users,
+    separate weights per direction, concatenated with the node's own state."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        from dgl.nn import GATConv
+
+        h, heads = cfg.hidden, cfg.heads
+        self.att_in = GATConv(h, h // heads, heads, allow_zero_in_degree=True)
+        self.att_out = GATConv(h, h // heads, heads, allow_zero_in_degree=True) if cfg.directed else self.att_in
+        self.f3 = nn.Linear(3 * h, h)
+        self.normalize = cfg.normalize
+
+    def forward(self, g_in, g_out, h):
+        n = h.shape[0]
+        a_in = self.att_in(g_in, h).reshape(n, -1)     # (N, heads, H/heads) -> (N, H)
+        a_out = self.att_out(g_out, h).reshape(n, -1)
+        h = F.relu(self.f3(torch.cat([h, a_in, a_out], dim=1)))
+        return F.normalize(h, dim=1) if self.normalize else h
+
+
+# ---------------------------------------------------------------- reductions
+
+def _padded(h, graph_of, position, n_graphs, length):
+    """Node rows scattered into a (B, L, H) tensor, plus a (B, L) padding mask."""
+    out = h.new_zeros((n_graphs, length, h.shape[1]))
+    out[graph_of, position] = h
+    mask = torch.ones((n_graphs, length), dtype=torch.bool, device=h.device)
+    mask[graph_of, position] = False
+    return out, mask
+
+
+class Reduction(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.kind = cfg.reduction
+        h = cfg.hidden
+        if self.kind == "per-node":
+            self.f4 = mlp(h, h, h, cfg.dropout)
+            self.width = h
+        elif self.kind == "column":
+            self.width = 2 * h
+        elif self.kind == "lstm":
+            self.lstm = nn.LSTM(h, h, num_layers=cfg.seq_layers, batch_first=True)
+            self.width = h
+        else:
+            layer = nn.TransformerEncoderLayer(h, cfg.heads, dim_feedforward=2 * h,
+                                               dropout=cfg.dropout, batch_first=True)
+            self.encoder = nn.TransformerEncoder(layer, cfg.seq_layers, enable_nested_tensor=False)
+            self.width = 2 * h
+
+    def forward(self, h, batch):
+        seglen = batch["n_nodes"]
+        if self.kind == "per-node":
+            return dgl.ops.segment_reduce(seglen, self.f4(h), "sum")
+        if self.kind == "column":
+            return torch.cat([dgl.ops.segment_reduce(seglen, h, "mean"),
+                              dgl.ops.segment_reduce(seglen, h, "max")], dim=1)
+        # sequence reductions: the last max_nodes nodes of each graph in topological order
+        keep = batch["seq_keep"]
+        x, pad = _padded(h[keep], batch["seq_graph"], batch["seq_pos"], len(seglen), batch["seq_len"])
+        if self.kind == "lstm":
+            lengths = batch["seq_lengths"]
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths.cpu(), batch_first=True,
+                                                       enforce_sorted=False)
+            _, (hn, _) = self.lstm(packed)
+            return hn[-1]                                       # (B, H)
+        y = self.encoder(x, src_key_padding_mask=pad)           # (B, L, H)
+        y = y.masked_fill(pad.unsqueeze(-1), 0.0)
+        mean = y.sum(1) / batch["seq_lengths"].unsqueeze(1).to(y.dtype)
+        big = y.masked_fill(pad.unsqueeze(-1), float("-inf")).amax(1)
+        return torch.cat([mean, big], dim=1)                    # (B, 2H)
+
+
+# ---------------------------------------------------------------- the network
+
+class Net(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg.check()
+        self.embed = nn.Embedding(cfg.num_opcodes, cfg.opcode_dim)
+        with torch.no_grad():
+            self.embed.weight[0].zero_()          # "unknown" opcodes start neutral
+        self.f1 = mlp(cfg.opcode_dim + cfg.in_features, cfg.hidden, cfg.hidden, cfg.dropout)
+        layer = {"sage": SageLayer, "gat": GatLayer}.get(cfg.gnn)
+        n_layers = cfg.layers if layer else 0
+        self.layers = nn.ModuleList([layer(cfg) for _ in range(n_layers)])
+        self.reduce = Reduction(cfg)
+        self.head = mlp(self.reduce.width, cfg.hidden, 1, cfg.dropout, final_act=False)
+
+    def forward(self, batch):
+        """batch: the dict of `to_device`. Returns one number per graph (B,)."""
+        h = self.f1(torch.cat([self.embed(batch["opcode"]), batch["x"]], dim=1))   # (N, H)
+        for layer in self.layers:
+            h = layer(batch["g_in"], batch["g_out"], h)
+        return self.head(self.reduce(h, batch)).squeeze(1)                           # (B,)
+
+
+def to_device(b, device="cpu"):
+    """A numpy batch (data.Batch) as tensors and DGL graphs on a device."""
+    t = torch.from_numpy
+    n = int(b.x.shape[0])
+    out = {
+        "opcode": t(b.opcode).long(),
+        "x": t(b.x),
+        "n_nodes": t(b.n_nodes).long(),
+        "g_in": dgl.graph((t(b.in_src).long(), t(b.in_dst).long()), num_nodes=n),
+        "g_out": dgl.graph((t(b.out_src).long(), t(b.out_dst).long()), num_nodes=n),
+    }
+    if b.seq_keep is not None:
+        out.update(seq_keep=t(b.seq_keep).long(), seq_graph=t(b.seq_graph).long(),
+                   seq_pos=t(b.seq_pos).long(), seq_len=int(b.seq_len),
+                   seq_lengths=t(b.seq_lengths).long())
+    if device != "cpu":
+        out = {k: (v.to(device) if hasattr(v, "to") else v) for k, v in out.items()}
+    return out

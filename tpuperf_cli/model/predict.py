@@ -1,0 +1,296 @@
+"""Model files and prediction.
+
+A model file (torch.save of a plain dict, loaded with weights_only=True so a
+model file cannot run code) holds:
+
+    format, version   "tpuperf-model", 1
+    name              model id written to each record's `model` field
+                      (file stem + short hash of the weights)
+    task, loss        "fusion" / "tile"; "mse", "hinge" or "logistic"
+    config            the network's hyperparameters (net.NetConfig)
+    state_dict        the weights
+    scaling           feature scaling from the training data (data.Scaler):
+                      per-feature min and max after a signed log, the log
+                      runtime mean and deviation, the opcode ids seen
+    opcodes           the opcode vocabulary: {id: name} of the ids seen
+    target            the hardware the training data was measured on
+                      (platform, device_kind, chip, jax versions), or None
+    trained           how it was made: data files, split, examples,
+                      programs, epochs, validation figures, seconds, date
+
+Public API (tpuperf eval, tpuperf select and scripts use these):
+
+    model = load_model(path=None, device="cpu", threads=None)   # None: bundled model
+    model.predict_examples(examples) -> np.ndarray of ns
+    predict_batch(model, records) -> np.ndarray of ns (one per graph record)
+    predict_records(records, model=None, batch_size=512) -> generator of
+        the records with pred_ns and model added (model: a Model or a path)
+"""
+
+import hashlib
+import io
+import math
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+from tpuperf_cli.errors import StreamError, TpuperfError
+from tpuperf_cli.model import MODEL_FORMAT, MODEL_VERSION, default_model_path, set_threads
+from tpuperf_cli.model.data import Scaler, example, make_batch, target_key
+
+REQUIRED = ("format", "version", "name", "task", "config", "state_dict", "scaling")
+
+
+class Model:
+    """A loaded model: network, scaling, vocabulary and what it was trained on."""
+
+    def __init__(self, net, scaler, meta, path=None, device="cpu"):
+        self.net = net.eval()
+        self.scaler = scaler
+        self.meta = meta
+        self.path = path
+        self.device = device
+        self.cfg = net.cfg
+        self.name = meta.get("name", "model")
+        self.task = meta.get("task", "fusion")
+        self.target = meta.get("target")
+        self.lut = scaler.opcode_table(net.cfg.num_opcodes)
+        self.sequence = net.cfg.reduction in ("lstm", "transformer")
+
+    def batch(self, examples, groups=None):
+        return make_batch(examples, self.scaler, self.lut, self.cfg.neighbors,
+                          self.sequence, self.cfg.max_nodes, groups)
+
+    def predict_examples(self, examples, batch_size=512):
+        """Predicted runtime in ns per example (tile models: a score that
+        orders configurations, lower = faster, on the same scale)."""
+        import torch
+
+        from tpuperf_cli.model.net import to_device
+
+        out = np.empty(len(examples), np.float64)
+        with torch.no_grad():
+            for start in range(0, len(examples), batch_size):
+                chunk = examples[start:start + batch_size]
+                y = self.net(to_device(self.batch(chunk), self.device))
+                out[start:start + len(chunk)] = self.scaler.runtime(y.cpu().numpy())
+        return out
+
+    def describe(self):
+        t = self.meta.get("trained") or {}
+        tgt = self.target or {}
+        return {"name": self.name, "task": self.task, "loss": self.meta.get("loss"),
+                "target": {k: tgt.get(k) for k in ("platform", "device_kind", "chip")},
+                "config": self.meta.get("config"), "trained": t}
+
+
+# ---------------------------------------------------------------- files
+
+def weights_digest(state_dict):
+    h = hashlib.sha256()
+    for key in sorted(state_dict):
+        h.update(key.encode())
+        h.update(state_dict[key].detach().cpu().numpy().tobytes())
+    return h.hexdigest()[:8]
+
+
+def model_dict(net, scaler, name, task, loss, target=None, trained=None):
+    """The dict a model file holds (see the module docstring)."""
+    from dataclasses import asdict
+
+    state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+    try:
+        from tpuperf_cli.features.opcodes import OPCODE_NAMES
+    except ImportError:
+        OPCODE_NAMES = {}
+    return {
+        "format": MODEL_FORMAT, "version": MODEL_VERSION,
+        "name": f"{name}-{weights_digest(state)}",
+        "task": task, "loss": loss,
+        "config": asdict(net.cfg),
+        "state_dict": state,
+        "scaling": scaler.to_dict(),
+        "opcodes": {int(i): OPCODE_NAMES.get(int(i), "?") for i in sorted(scaler.opcodes)},
+        "target": _plain(target),
+        "trained": _plain(trained or {}),
+    }
+
+
+def _plain(value):
+    """Only types torch's weights_only loader accepts (dict, list, str, numbers)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+def save_atomic(obj, path):
+    """torch.save to a temporary file beside path, then rename: a crash never
+    leaves a half-written file at path."""
+    import torch
+
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_model_file(path):
+    """The dict of a model file, checked; TpuperfError naming what is wrong."""
+    import pickle
+
+    import torch
+
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise TpuperfError(f"model {path}: {e.strerror}") from None
+    try:
+        d = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, KeyError,
+            AttributeError, TypeError, OSError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TpuperfError(f"model {path}: not a tpuperf model file (cannot load it: {first})") from None
+    if not isinstance(d, dict) or d.get("format") != MODEL_FORMAT:
+        raise TpuperfError(f"model {path}: not a tpuperf model file (no format {MODEL_FORMAT!r}; "
+                           f"make one with `tpuperf train`)")
+    missing = [k for k in REQUIRED if k not in d]
+    if missing:
+        raise TpuperfError(f"model {path}: model file lacks field(s) {', '.join(missing)}")
+    if d["version"] > MODEL_VERSION:
+        raise TpuperfError(f"model {path}: model file version {d['version']} is newer than this "
+                           f"tpuperf reads ({MODEL_VERSION}); upgrade tpuperf")
+    return d
+
+
+def build(d, path="model", device="cpu"):
+    """A Model from a model dict."""
+    from tpuperf_cli.model.net import Net, NetConfig
+
+    try:
+        cfg = NetConfig.from_dict(d["config"])
+        net = Net(cfg)
+        net.load_state_dict(d["state_dict"])
+        scaler = Scaler.from_dict(d["scaling"])
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:
+        first = str(e).strip().splitlines()[0]
+        raise TpuperfError(f"model {path}: bad model file ({first})") from None
+    if scaler.width != cfg.in_features:
+        raise TpuperfError(f"model {path}: bad model file (scaling has {scaler.width} features, "
+                           f"network expects {cfg.in_features})")
+    net.to(device)
+    meta = {k: v for k, v in d.items() if k != "state_dict"}
+    return Model(net, scaler, meta, path, device)
+
+
+def load_model(path=None, device="cpu", threads=None):
+    """Load a model file (None: the bundled default model)."""
+    set_threads(threads)
+    if path is None:
+        path = default_model_path()
+        if not os.path.exists(path):
+            raise TpuperfError(f"the bundled model {path} is missing (a broken install?); "
+                               f"name one with --model")
+    if device not in ("cpu",):
+        import torch
+
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise TpuperfError(f"--device {device}: CUDA is not available here")
+    return build(read_model_file(path), path, device)
+
+
+# ---------------------------------------------------------------- records
+
+def predict_batch(model, records):
+    """Predicted ns for a list of graph records (no record is changed)."""
+    if not isinstance(model, Model):
+        model = load_model(model)
+    return model.predict_examples([example(r, i) for i, r in enumerate(records, 1)])
+
+
+def _target_differs(model_target, record_target):
+    a, b = target_key(model_target), target_key(record_target)
+    if a is None or b is None:
+        return False
+    return a != b
+
+
+def predict_records(records, model=None, batch_size=512, name="input", warn=None):
+    """Yield each record with pred_ns (float, ns) and model (the model's name).
+
+    model: a Model, a path, or None for the bundled model. Records are
+    predicted batch_size at a time and come out in input order. When a
+    record cannot be read (not a graph record), the records before it are
+    still yielded, then StreamError is raised. Warns once (through warn, by
+    default a line on stderr) when the records were measured on another
+    target than the model's training data.
+    """
+    if not isinstance(model, Model):
+        model = load_model(model)
+    warn = warn or (lambda msg: print(msg, file=sys.stderr))
+    warned = False
+    pending, examples = [], []
+    error = None
+
+    def flush():
+        preds = model.predict_examples(examples, batch_size)
+        for record, p in zip(pending, preds):
+            record["pred_ns"] = float(p)
+            record["model"] = model.name
+        out = list(pending)
+        pending.clear()
+        examples.clear()
+        return out
+
+    for number, record in enumerate(records, 1):
+        try:
+            ex = example(record, number, name)
+        except StreamError as e:
+            error = e
+            break
+        if not warned and _target_differs(model.target, record.get("target")):
+            warned = True
+            mt, rt = model.target, record["target"]
+            warn(f"predict: warning: records were measured on {_target_text(rt)} but model "
+                 f"{model.name} was trained on {_target_text(mt)}; its predictions are for that target")
+        pending.append(record)
+        examples.append(ex)
+        if len(pending) >= batch_size:
+            yield from flush()
+    if pending:
+        yield from flush()
+    if error is not None:
+        raise error
+
+
+def _target_text(t):
+    if not isinstance(t, dict):
+        return "an unknown target"
+    parts = [str(t.get(k)) for k in ("platform", "device_kind", "chip") if t.get(k)]
+    return "/".join(parts) or "an unknown target"
+
+
+def is_finite(x):
+    return isinstance(x, float) and math.isfinite(x)

@@ -1,0 +1,131 @@
+"""Program estimates from per-kernel predictions (no torch: starts fast).
+
+A program's runtime is the sum over its kernels of pred_ns x count (count:
+times the kernel runs per program run, e.g. inside a while loop). Where
+every kernel of a program was measured too, the measured sum and the error
+come beside it.
+
+    for record in score_records(records): ...   # program records, input order
+    render_table(programs) -> str
+"""
+
+import math
+
+from tpuperf_cli.errors import StreamError
+from tpuperf_cli.stream import new_record
+
+
+class _Program:
+    __slots__ = ("name", "kernels", "pred", "runtime", "measured", "counts_known", "models", "targets")
+
+    def __init__(self, name):
+        self.name = name
+        self.kernels = 0
+        self.pred = 0.0
+        self.runtime = 0.0
+        self.measured = 0
+        self.counts_known = True
+        self.models = []
+        self.targets = []
+
+
+def _number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def score_records(records, name="input"):
+    """Program records from kernel or graph records that carry pred_ns.
+
+    Each output record: program, kernels (records read), pred_ns (sum of
+    pred_ns x count), count_known (every count was known; else pred_ns
+    counts unknown trip counts as 1), model; and when every kernel has a
+    measured runtime_ns: runtime_ns (sum of runtime_ns x count) and ape
+    (100 |pred_ns - runtime_ns| / runtime_ns); otherwise measured (how many
+    kernels were). Programs come out in the order first seen, after the
+    input ends. A record without pred_ns or with a bad count raises
+    StreamError naming it.
+    """
+    programs = {}
+    for number, record in enumerate(records, 1):
+        where = f"{name}: record {number}"
+        if record.get("type") == "program":
+            raise StreamError(f"{where}: is already a program record (score reads the kernel or "
+                              f"graph records that predict writes)")
+        pred = record.get("pred_ns")
+        if not _number(pred):
+            what = "missing" if "pred_ns" not in record else f"not a number ({pred!r})"
+            hint = (" (run featurize and predict first: hlo-split prog.hlo | featurize | predict | score)"
+                    if "pred_ns" not in record else "")
+            raise StreamError(f"{where} ({record.get('program')}/{record.get('kernel')}): "
+                              f"pred_ns is {what}{hint}")
+        count = record.get("count", 1)
+        if not _number(count) or count < 0:
+            raise StreamError(f"{where}: count is not a non-negative number ({count!r})")
+        program = str(record.get("program", ""))
+        p = programs.get(program)
+        if p is None:
+            p = programs[program] = _Program(program)
+        p.kernels += 1
+        p.pred += float(pred) * count
+        if record.get("count_known") is False:
+            p.counts_known = False
+        rt = record.get("runtime_ns")
+        if _number(rt) and rt > 0:
+            p.runtime += float(rt) * count
+            p.measured += 1
+        model = record.get("model")
+        if model is not None and model not in p.models:
+            p.models.append(model)
+    if not programs:
+        raise StreamError(f"{name}: no records (score reads the records predict writes: "
+                          f"hlo-split prog.hlo | featurize | predict | score)")
+    for p in programs.values():
+        out = new_record("program", program=p.name, kernels=p.kernels, pred_ns=p.pred,
+                         count_known=p.counts_known)
+        if len(p.models) == 1:
+            out["model"] = p.models[0]
+        elif p.models:
+            out["model"] = p.models
+        if p.measured == p.kernels and p.kernels:
+            out["runtime_ns"] = p.runtime
+            out["ape"] = 100.0 * abs(p.pred - p.runtime) / p.runtime if p.runtime > 0 else None
+        elif p.measured:
+            out["measured"] = p.measured
+        yield out
+
+
+def _time(ns):
+    """ns as a short human figure: 812 ns, 3.41 us, 12.7 ms, 1.25 s."""
+    if ns is None:
+        return "-"
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if abs(ns) >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def render_table(programs):
+    """A text table of program records (for a terminal)."""
+    header = ["program", "kernels", "predicted", "measured", "error"]
+    rows = []
+    for p in programs:
+        rt = p.get("runtime_ns")
+        ape = p.get("ape")
+        rows.append([str(p["program"]), str(p["kernels"]),
+                     _time(p["pred_ns"]) + ("" if p.get("count_known", True) else " +"),
+                     _time(rt) if rt is not None else
+                     (f"({p['measured']} of {p['kernels']})" if p.get("measured") else "-"),
+                     f"{ape:.1f}%" if ape is not None else "-"])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = []
+    for r in [header] + rows:
+        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
+        lines.append("  ".join(cells).rstrip())
+    if any(not p.get("count_known", True) for p in programs):
+        lines.append("+ some kernels run an unknown number of times (counted once)")
+    return "\n".join(lines) + "\n"
+
+
+def to_json(program):
+    """A program record as a JSON-friendly dict (it already is one)."""
+    return {k: v for k, v in program.items()}
