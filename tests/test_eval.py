@@ -195,3 +195,49 @@ def test_summary_one_row_per_predictor(tmp_path):
     assert rows[0].startswith("| predictor | median MAPE% >=5us | median tau >=5us |")
     assert rows[1].startswith("| toy | 42.5 | 0.000 |")
     assert rows[2].startswith("| baseline | 200.0 | 1.000 |")
+
+
+def test_eval_runs_models_side_by_side(tmp_path):
+    """A tiny model trained through the model library, evaluated by file,
+    next to a second one with another reduction, the baseline and the
+    records' own pred_ns."""
+    pytest.importorskip("dgl")
+    from tpuperf_cli.model.data import synthetic_records
+    from tpuperf_cli.model.net import NetConfig
+    from tpuperf_cli.model.train import TrainOptions, train
+
+    train_shard = _shard(tmp_path, synthetic_records(n_programs=3, kernels=20, seed=1), "train.zst")
+    test_recs = synthetic_records(n_programs=2, kernels=15, seed=2)
+    for r in test_recs:
+        r["pred_ns"] = r["runtime_ns"] * 1.1
+    test_shard = _shard(tmp_path, test_recs, "test.zst")
+    models = {}
+    for red in ("column", "per-node"):
+        out = tmp_path / f"{red}.pt"
+        train([train_shard], out, net=NetConfig(hidden=16, opcode_dim=8, layers=1, reduction=red),
+              opts=TrainOptions(epochs=2, batch_size=16), progress=lambda msg: None)
+        models[red] = out
+    from tpuperf_cli.commands.baseline import cli as baseline_cli
+
+    bfile = tmp_path / "b.json"
+    r = CliRunner().invoke(baseline_cli, ["fit", train_shard, "--out", str(bfile)])
+    assert r.exit_code == 0, r.output
+    res = _json(["-m", f"col={models['column']}", "-m", str(models["per-node"]), "--predicted",
+                 "-b", str(bfile), "--min-us", "0", test_shard])
+    assert res["predictors"] == ["col", "per-node", "predicted", "baseline"]
+    assert [p["program"] for p in res["programs"]] == ["synth0", "synth1"]
+    for p in res["programs"]:
+        assert p["all"]["predicted"]["mape"] == pytest.approx(10.0)
+        for lab in ("col", "per-node", "baseline"):
+            assert p["all"][lab]["mape"] > 0 and -1 <= p["all"][lab]["tau"] <= 1
+    # the two models differ, so their columns do
+    assert res["programs"][0]["all"]["col"] != res["programs"][0]["all"]["per-node"]
+    png = tmp_path / "m.png"
+    r = CliRunner().invoke(cli, ["-m", str(models["column"]), "--plot", str(png), test_shard])
+    assert r.exit_code == 0, r.output
+    assert png.stat().st_size > 10000
+    # a missing model file is a one-line error
+    from tpuperf_cli.errors import TpuperfError
+
+    r = CliRunner().invoke(cli, ["-m", str(tmp_path / "none.pt"), test_shard])
+    assert isinstance(r.exception, TpuperfError) and "none.pt" in str(r.exception)
