@@ -89,10 +89,19 @@ def main():
     ap.add_argument("--runs", type=int, default=3, help="runs per measurement (default 3)")
     ap.add_argument("--min-time", default="3ms", help="shortest run (default 3ms)")
     ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--cpus", type=int, default=None,
+                    help="pin to N CPUs first, as measure --cpus does (default: all)")
+    ap.add_argument("--clock", default="wall", choices=["wall", "process"],
+                    help="as measure --clock (default wall)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    if args.cpus:
+        from tpuperf_cli.measure.runner import pin_cpus
 
-    m = Measurer(args.backend, runs=args.runs, min_time=parse_duration(args.min_time))
+        pin_cpus(args.cpus)
+
+    m = Measurer(args.backend, runs=args.runs, min_time=parse_duration(args.min_time),
+                 clock=args.clock)
     kernels = load_kernels(args)
     t_start = time.time()
     floor = [m.measure(TRIVIAL)[0] for _ in range(args.repeats)]
@@ -114,7 +123,8 @@ def main():
     print(f"target: {m.target['platform']} {m.target['chip']} ({m.target.get('cpu_count', '?')} "
           f"cpus), jax {m.target['jax']}")
     print(f"{len(rows)} kernels x {args.repeats} measurements, min of {args.runs} runs of "
-          f">= {args.min_time}, {elapsed:.0f}s")
+          f">= {args.min_time}, clock {args.clock}, cpus {m.target.get('cpu_count')}, "
+          f"{elapsed:.0f}s")
     print(f"per-call floor (trivial kernel): median {percentile(floor, 0.5) / 1e3:.1f} us")
     print()
     print(f"{'kernels':<22}{'n':>4}  {'min-of-N spread':>22}  {'single-run spread':>22}")

@@ -4,7 +4,8 @@
 Every program listed in examples/programs.json (optimized XLA:CPU HLO in
 examples/hlo/) goes through the project's own tools,
 
-    hlo-split examples/hlo/P.hlo | measure --backend cpu --min-time 3ms  ->  kernels/P.zst
+    hlo-split examples/hlo/P.hlo | measure --backend cpu --cpus 1 --clock process
+                                         --min-time 3ms                  ->  kernels/P.zst
     featurize < kernels/P.zst                                            ->  graphs/P.zst
 
 so each program gets one zstd shard of kernel records with their measured
@@ -97,7 +98,7 @@ def measure_program(prog, args):
                              stdout=subprocess.PIPE)
     cmd = tool("measure") + ["--backend", "cpu", "--min-time", args.min_time,
                              "--runs", str(args.runs), "--cache-dir", str(args.cache_dir),
-                             "--no-progress"]
+                             "--cpus", str(args.cpus), "--clock", args.clock, "--no-progress"]
     meas = subprocess.Popen(cmd, stdin=split.stdout, stdout=subprocess.PIPE)
     split.stdout.close()
     n = _write_atomic(meas.stdout, dest)
@@ -164,7 +165,8 @@ def summarize(programs, args, measure_seconds):
     manifest = {
         "built_by": "examples/build_corpus.py",
         "target": target,
-        "measure_options": {"backend": "cpu", "min_time": args.min_time, "runs": args.runs},
+        "measure_options": {"backend": "cpu", "min_time": args.min_time, "runs": args.runs,
+                            "cpus": args.cpus, "clock": args.clock},
         "programs": len(per_program),
         "kernels": kernels,
         "distinct_kernels": len(fingerprints),
@@ -214,6 +216,11 @@ def main(argv=None):
                     help="measure --min-time: shortest run (default 3ms; the machine is shared, "
                          "min of --runs runs absorbs the noise)")
     ap.add_argument("--runs", type=int, default=3, help="measure --runs (default 3)")
+    ap.add_argument("--cpus", type=int, default=1,
+                    help="measure --cpus (default 1: one pinned CPU, one XLA thread)")
+    ap.add_argument("--clock", default="process", choices=["wall", "process"],
+                    help="measure --clock (default process: CPU time of the pinned process, "
+                         "steady on a shared machine)")
     ap.add_argument("--cache-dir", type=Path, default=CORPUS / ".cache",
                     help="measure's cache (default examples/corpus/.cache)")
     ap.add_argument("--graphs-dir", type=Path, default=None,

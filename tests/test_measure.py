@@ -442,3 +442,22 @@ def test_unavailable_backend_is_a_clear_error(tmp_path):
     # the last --backend wins: tpu is not present on the test machines
     assert p.returncode == 1
     assert "no tpu backend" in p.stderr.decode() and "Traceback" not in p.stderr.decode()
+
+
+def test_pinned_process_clock_target(tmp_path):
+    data = stream_bytes([kernel("f", FUSION), kernel("mm", matmul_hlo(256), 1)])
+    p = run_measure(["--no-cache", "--cpus", "1", "--clock", "process"], data, tmp_path)
+    out = records_of(p.stdout)
+    assert all(r["target"]["cpu_count"] == 1 and r["target"]["clock"] == "process" for r in out)
+    assert 0 < out[0]["runtime_ns"] < out[1]["runtime_ns"]
+    # a clock or CPU count is part of the target, hence of the cache key
+    from tpuperf_cli.measure.runner import target_key
+
+    assert target_key(out[0]["target"]) != target_key({**out[0]["target"], "clock": "wall"})
+
+
+def test_too_many_cpus_is_a_clear_error(tmp_path):
+    p = run_measure(["--cpus", "4096"], stream_bytes([kernel("f", FUSION)]), tmp_path,
+                    check=False)
+    assert p.returncode == 1 and "--cpus 4096" in p.stderr.decode()
+    assert "Traceback" not in p.stderr.decode()

@@ -75,12 +75,20 @@ class _Progress:
               help="Measure again kernels whose cached measurement failed.")
 @click.option("--progress/--no-progress", default=None,
               help="Show a progress bar on stderr [default: when stderr is a terminal].")
+@click.option("--cpus", type=click.IntRange(1), default=None, metavar="N",
+              help="Time on N CPUs only (the process is pinned to them, so XLA:CPU runs N "
+                   "threads) [default: all]. --cpus 1 is far steadier on a busy machine.")
+@click.option("--clock", type=click.Choice(["wall", "process"]), default="wall",
+              show_default=True,
+              help="What a run's duration is: elapsed wall time, or the CPU time of the "
+                   "measuring process (CPU only; with --cpus 1 it discounts time spent "
+                   "descheduled on a busy machine).")
 @click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
               metavar="SECONDS",
               help="Give up on a kernel (error kind timeout) after this long.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary on stderr.")
-def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, progress, timeout,
-        quiet):
+def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, progress, cpus,
+        clock, timeout, quiet):
     """Time kernels on a real device through XLA and add their runtimes.
 
     Reads kernel records (hlo-split) or graph records (featurize) from the
@@ -93,7 +101,8 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
       runs        the runtime of each run, in ns
       target      where it ran: platform (cpu/gpu/tpu), device_kind, chip
                   (the CPU model or the accelerator), jax and jaxlib
-                  versions (and cpu_count on CPU)
+                  versions, platform_version; on CPU cpu_count (the CPUs
+                  the process could use); clock when not "wall"
 
     A kernel that cannot be timed gets `error` (a reason, prefixed by its
     kind: collective, compile, parse, unsupported, inputs, run) instead of
@@ -113,7 +122,18 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
     booleans random. After one warm-up call, a run repeats the kernel
     (waiting for each call to finish) until --min-time has passed and
     divides. Per-call dispatch overhead (a few microseconds on CPU) is part
-    of every runtime. Collectives, infeed/outfeed and send/recv cannot run
+    of every runtime.
+
+    On a shared CPU machine, `--cpus 1 --clock process` is the steady
+    setting: the measuring process is pinned to one CPU (XLA then runs one
+    thread) and a run's duration is the CPU time the process got, so time
+    spent waiting for the CPU does not count. On this project's 2-core
+    machine under a load of ~5, the median spread of repeated measurements
+    of one kernel fell from 10-50% (wall clock) to about 5% (see
+    benchmarks/bench_measure_noise.py). A target with another clock or CPU
+    count is another cache key.
+
+    Collectives, infeed/outfeed and send/recv cannot run
     alone and fail with kind "collective"; custom calls the runtime lacks
     fail to compile.
 
@@ -138,6 +158,7 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
       hlo-split prog.hlo | featurize | measure --min-time 2ms | zstd > prog.zst
       measure --backend tpu --runs 5 kernels.zst > timed.msgpack
       measure --no-cache --runs 10 --min-time 50ms kernels.msgpack
+      measure --cpus 1 --clock process --min-time 3ms kernels.zst > timed.msgpack
 
     \b
     On a TPU host (none is reachable from the project's own machines):
@@ -157,9 +178,10 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
     prog = click.get_current_context().info_name or "measure"
     seconds = parse_duration(min_time)
     try:
-        measurer = IsolatedMeasurer(backend, runs=runs, min_time=seconds, timeout=timeout)
+        measurer = IsolatedMeasurer(backend, runs=runs, min_time=seconds, timeout=timeout,
+                                    cpus=cpus, clock=clock)
     except MeasureError as e:
-        raise TpuperfError(str(e).split(": ", 1)[1]) from None
+        raise TpuperfError(e.message) from None
     cache = None if no_cache else Cache(cache_dir)
     session = MeasureSession(measurer, cache, retry_errors=retry_errors)
     tty = sys.stderr.isatty()

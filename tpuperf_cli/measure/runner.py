@@ -51,6 +51,11 @@ __all__ = [
 
 BACKENDS = ("tpu", "gpu", "cpu")
 
+# wall: elapsed time. process: CPU time of the measuring process (all its
+# threads): time spent descheduled on a busy machine does not count, so with
+# the process pinned to one CPU it estimates the wall time on an idle one.
+CLOCKS = {"wall": time.perf_counter_ns, "process": time.process_time_ns}
+
 # Ops that need several devices or a host on the other end: a standalone
 # kernel with one of these cannot be timed meaningfully on one device.
 COLLECTIVE_OPCODES = frozenset("""
@@ -69,6 +74,7 @@ class MeasureError(Exception):
     def __init__(self, kind, message):
         super().__init__(f"{kind}: {message}")
         self.kind = kind
+        self.message = message
 
 
 def hlo_fingerprint(text):
@@ -88,6 +94,25 @@ def _cpu_model():
     except OSError:
         pass
     return _platform.processor() or _platform.machine() or "unknown cpu"
+
+
+def _usable_cpus():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
+def pin_cpus(n):
+    """Restrict this process to n of its CPUs (the last ones), before jax
+    starts: XLA:CPU sizes its thread pool from the CPUs it may use. Returns
+    the CPUs kept."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if n < 1 or n > len(allowed):
+        raise MeasureError("backend", f"--cpus {n}: this process may use {len(allowed)} CPU(s)")
+    keep = set(allowed[-n:])
+    os.sched_setaffinity(0, keep)
+    return keep
 
 
 def target_key(target):
@@ -213,7 +238,7 @@ class Measurer:
     """
 
     def __init__(self, backend=None, runs=3, min_time=0.01, max_repeats=1_000_000,
-                 seed=0):
+                 seed=0, clock="wall"):
         import jax
 
         if runs < 1:
@@ -228,6 +253,12 @@ class Measurer:
         self.min_time = float(min_time)
         self.max_repeats = max_repeats
         self.seed = seed
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {', '.join(CLOCKS)}")
+        self.clock = clock
+        if clock == "process" and self.backend != "cpu":
+            raise MeasureError("backend", "--clock process times CPU kernels only; "
+                                          f"use --clock wall on {self.backend}")
         self.target = self._describe()
         self.key = target_key(self.target)
 
@@ -246,7 +277,9 @@ class Measurer:
             "jaxlib": jaxlib.__version__,
         }
         if platform == "cpu":
-            target["cpu_count"] = os.cpu_count()
+            target["cpu_count"] = _usable_cpus()
+        if self.clock != "wall":
+            target["clock"] = self.clock
         try:
             target["platform_version"] = str(self.client.platform_version)
         except Exception:  # pragma: no cover - depends on the plugin
@@ -346,7 +379,7 @@ class Measurer:
 
     # ------------------------------------------------------------ timing
     def _time(self, exe, args, n):
-        clock = time.perf_counter_ns
+        clock = CLOCKS[self.clock]
         execute = exe.execute
         t0 = clock()
         for _ in range(n):
@@ -396,8 +429,10 @@ class IsolatedMeasurer:
     the parent never imports jax. The child is restarted after a crash.
     """
 
-    def __init__(self, backend=None, runs=3, min_time=0.01, timeout=300.0):
-        self.config = {"backend": backend, "runs": runs, "min_time": float(min_time)}
+    def __init__(self, backend=None, runs=3, min_time=0.01, timeout=300.0, cpus=None,
+                 clock="wall"):
+        self.config = {"backend": backend, "runs": runs, "min_time": float(min_time),
+                       "cpus": cpus, "clock": clock}
         self.runs = runs
         self.min_time = float(min_time)
         self.timeout = timeout
@@ -527,9 +562,12 @@ def worker_main():
         out.flush()
 
     try:
-        m = Measurer(config["backend"], runs=config["runs"], min_time=config["min_time"])
+        if config.get("cpus"):
+            pin_cpus(config["cpus"])
+        m = Measurer(config["backend"], runs=config["runs"], min_time=config["min_time"],
+                     clock=config.get("clock", "wall"))
     except MeasureError as e:
-        send({"fatal": str(e).split(": ", 1)[1], "kind": e.kind})
+        send({"fatal": e.message, "kind": e.kind})
         return
     except Exception as e:
         send({"fatal": _error_text(e), "kind": "backend"})
@@ -547,6 +585,6 @@ def worker_main():
                 runtime, runs = m.measure(req["hlo"])
                 send({"runtime_ns": runtime, "runs": runs})
             except MeasureError as e:
-                send({"error": str(e), "kind": e.kind})
+                send({"error": e.message, "kind": e.kind})
             except Exception as e:  # anything else is this kernel's problem too
-                send({"error": f"run: {_error_text(e)}", "kind": "run"})
+                send({"error": _error_text(e), "kind": "run"})
