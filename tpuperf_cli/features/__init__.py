@@ -34,7 +34,8 @@ kernel_feat.
 
 from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.features.config import CONFIG_FEATURE_NAMES, CONFIG_FEATURES, config_features
-from tpuperf_cli.features.nodes import NODE_FEATURE_NAMES, NODE_FEATURES, node_features
+from tpuperf_cli.features.nodes import (NODE_FEATURE_NAMES, NODE_FEATURES, node_features,
+                                        node_row_bytes)
 from tpuperf_cli.features.opcodes import NUM_OPCODES, opcode_id, opcode_name
 from tpuperf_cli.hlo.cost import KERNEL_FEATURES
 
@@ -135,14 +136,18 @@ def featurize_module(module, config=None):
     for u, ins in enumerate(nodes):
         opcodes.append(opcode_id(ins.opcode))
         try:
-            rows.append(node_features(ins, ins is root))
+            rows.append(node_row_bytes(ins, ins is root))
         except (ValueError, KeyError, IndexError) as e:
             raise FeaturizeError(f"instruction '{ins.name}' ({ins.opcode}): {e}") from None
         ops = ins.operands
         if ops:
-            vs = {index[o] for o in ops}
-            for v in sorted(vs):
-                edges.append((u, v))
+            if len(ops) == 1:
+                edges.append(u)
+                edges.append(index[ops[0]])
+            else:
+                for v in sorted({index[o] for o in ops}):
+                    edges.append(u)
+                    edges.append(v)
     try:
         cost = kernel_cost(module)
     except (ValueError, KeyError, IndexError, TypeError) as e:
@@ -153,8 +158,8 @@ def featurize_module(module, config=None):
         raise FeaturizeError(str(e)) from None
     return {
         "node_opcode": np.array(opcodes, dtype=np.int32),
-        "node_feat": np.array(rows, dtype=np.float32).reshape(len(rows), NODE_FEATURES),
-        "edge_index": np.array(edges, dtype=np.int32).reshape(len(edges), 2),
+        "node_feat": np.frombuffer(b"".join(rows), dtype="<f4").reshape(len(rows), NODE_FEATURES),
+        "edge_index": np.array(edges, dtype=np.int32).reshape(len(edges) // 2, 2),
         "kernel_feat": np.array([cost[k] for k in KERNEL_FEATURES], dtype=np.float32),
         "config_feat": np.array(cfg, dtype=np.float32),
     }

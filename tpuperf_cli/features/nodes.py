@@ -308,3 +308,34 @@ def node_features(ins, is_root=None):
 def feature_name(index):
     """The TpuGraphs name of a node feature index (0..139)."""
     return NODE_FEATURE_NAMES[index]
+
+
+# ---------------------------------------------------------------- fast path
+
+# Attributes that feed node features; with the opcode, shape text, is_root
+# and parameter number they determine a node's row.
+_ROW_ATTRS = ("dimensions", "iota_dimension", "window", "dim_labels", "feature_group_count",
+              "batch_group_count", "slice", "dynamic_slice_sizes", "padding", "is_stable")
+_row_cache = {}
+
+
+def node_row_bytes(ins, is_root):
+    """node_features(ins, is_root) as 560 bytes of little-endian float32,
+    cached by everything the row depends on (featurize joins these)."""
+    a = ins.attrs
+    text = ins.shape.text
+    if a:
+        key = (ins.opcode, text, is_root, ins.parameter_number,
+               *[a.get(k) for k in _ROW_ATTRS])
+    else:
+        key = (ins.opcode, text, is_root, ins.parameter_number)
+    hit = _row_cache.get(key) if text is not None else None
+    if hit is None:
+        import numpy as np
+
+        hit = np.array(node_features(ins, is_root), dtype="<f4").tobytes()
+        if text is not None:
+            if len(_row_cache) > 100000:
+                _row_cache.clear()
+            _row_cache[key] = hit
+    return hit
