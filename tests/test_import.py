@@ -355,3 +355,14 @@ def test_cli_error_format(tmp_path):
                              capture_output=True, text=True)
         assert out.returncode == code
         assert out.stderr.startswith(words) and out.stderr.count("\n") == 1, out.stderr
+
+
+def test_config_read_back_matches_featurize_layout():
+    """config -> featurize's 24 features -> config, for the sample's shapes."""
+    features = pytest.importorskip("tpuperf_cli.features.config")
+    for config in ({"kernel_bounds": [4, 1], "output_bounds": [16, 32], "input_bounds": []},
+                   {"kernel_bounds": [], "output_bounds": [2, 26, 4, 2, 1, 3, 5],
+                    "input_bounds": [7]}):
+        row = np.asarray(features.config_features(config), np.float32)
+        back = tg.config_from_features(row)
+        assert back == {k: v[:6] for k, v in config.items()}
