@@ -391,6 +391,23 @@ def test_bad_record_names_record_and_kernel_and_keeps_earlier_output(tmp_path):
     assert [r["kernel"] for r in read_out(out.read_bytes())] == ["k0"]
 
 
+def test_unknown_shape_is_a_parse_error_exit_2():
+    data = kernel_stream([kernel_record(0, "HloModule m\nENTRY e {\n  ROOT p = f33[2]{0} parameter(0)\n}\n")])
+    proc = subprocess.run([sys.executable, "-m", "tpuperf_cli", "featurize"], input=data,
+                          capture_output=True)
+    assert proc.returncode == 2
+    assert b"record 1 (kernel 'k0' of program 'p')" in proc.stderr
+    assert b"f33" in proc.stderr and b"Traceback" not in proc.stderr
+
+
+def test_same_hlo_with_many_configs():
+    kernel = tile_sample()[0]
+    recs = [featurize_kernel({"hlo": kernel["hlo"], "config": c["tile"]}) for c in kernel["configs"][:3]]
+    assert recs[0]["node_feat"].tolist() == recs[2]["node_feat"].tolist()
+    assert recs[0]["config_feat"].tolist() != recs[1]["config_feat"].tolist()
+    assert recs[1]["config_feat"][8:12].tolist() == kernel["configs"][1]["tile"]["output_bounds"]
+
+
 def test_skip_bad(tmp_path):
     import zstandard
 

@@ -165,21 +165,42 @@ def featurize_module(module, config=None):
     }
 
 
+_graph_cache = {}      # hlo text -> graph fields but config_feat (tile data repeats a kernel)
+
+
 def featurize_kernel(record):
     """Graph fields (numpy arrays) for a kernel record: its "hlo" (a
     standalone HloModule) and optional "config". Raises FeaturizeError or
-    ParseError (bad HLO)."""
+    ParseError (bad HLO).
+
+    Records that repeat the same HLO (one per tile configuration) are
+    parsed once: the node, edge and kernel arrays are shared between them.
+    """
     from tpuperf_cli.hlo.parser import parse_module
 
     hlo = record.get("hlo")
     if not isinstance(hlo, str) or not hlo.strip():
         raise FeaturizeError("field 'hlo' is missing or not HLO text")
+    config = record.get("config")
+    hit = _graph_cache.get(hlo)
+    if hit is not None:
+        try:
+            cfg = config_features(config)
+        except ValueError as e:
+            raise FeaturizeError(str(e)) from None
+        import numpy as np
+
+        return {**hit, "config_feat": np.array(cfg, dtype=np.float32)}
     try:
         module = parse_module(hlo, "hlo")
-        return featurize_module(module, record.get("config"))
+        fields = featurize_module(module, config)
     except TpuperfError:
         raise
     except (ValueError, KeyError, IndexError, TypeError, AttributeError, ZeroDivisionError,
             RecursionError) as e:
         # HLO the parser accepted but that is not a well-formed kernel
         raise FeaturizeError(f"cannot featurize: {type(e).__name__}: {e}") from None
+    if len(_graph_cache) >= 16:
+        _graph_cache.pop(next(iter(_graph_cache)))
+    _graph_cache[hlo] = {k: v for k, v in fields.items() if k != "config_feat"}
+    return fields
