@@ -158,7 +158,7 @@ def featurize_module(module, config=None):
         raise FeaturizeError(str(e)) from None
     return {
         "node_opcode": np.array(opcodes, dtype=np.int32),
-        "node_feat": np.frombuffer(b"".join(rows), dtype="<f4").reshape(len(rows), NODE_FEATURES),
+        "node_feat": np.frombuffer(bytearray(b"".join(rows)), dtype="<f4").reshape(len(rows), NODE_FEATURES),
         "edge_index": np.array(edges, dtype=np.int32).reshape(len(edges) // 2, 2),
         "kernel_feat": np.array([cost[k] for k in KERNEL_FEATURES], dtype=np.float32),
         "config_feat": np.array(cfg, dtype=np.float32),
@@ -174,7 +174,7 @@ def featurize_kernel(record):
     ParseError (bad HLO).
 
     Records that repeat the same HLO (one per tile configuration) are
-    parsed once: the node, edge and kernel arrays are shared between them.
+    parsed once (the arrays returned are the caller's own copies).
     """
     from tpuperf_cli.hlo.parser import parse_module
 
@@ -190,7 +190,9 @@ def featurize_kernel(record):
             raise FeaturizeError(str(e)) from None
         import numpy as np
 
-        return {**hit, "config_feat": np.array(cfg, dtype=np.float32)}
+        fields = {k: v.copy() for k, v in hit.items()}
+        fields["config_feat"] = np.array(cfg, dtype=np.float32)
+        return fields
     try:
         module = parse_module(hlo, "hlo")
         fields = featurize_module(module, config)
@@ -202,5 +204,5 @@ def featurize_kernel(record):
         raise FeaturizeError(f"cannot featurize: {type(e).__name__}: {e}") from None
     if len(_graph_cache) >= 16:
         _graph_cache.pop(next(iter(_graph_cache)))
-    _graph_cache[hlo] = {k: v for k, v in fields.items() if k != "config_feat"}
+    _graph_cache[hlo] = {k: v.copy() for k, v in fields.items() if k != "config_feat"}
     return fields
