@@ -45,6 +45,7 @@ class NetConfig:
     aggregate: str = "mean"     # GraphSAGE neighbour aggregation: "mean" or "sum"
     directed: bool = True       # separate weights for incoming and outgoing edges
     normalize: bool = True      # L2-normalise node embeddings after each layer
+    residual: bool = True       # add each layer's input to its output (before normalising)
     heads: int = 4              # attention heads (GAT, Transformer)
     reduction: str = "column"   # "per-node", "column", "lstm" or "transformer"
     seq_layers: int = 1         # LSTM / Transformer encoder layers in the reduction
@@ -103,6 +104,7 @@ class SageLayer(nn.Module):
         self.f2_out = nn.Linear(h, h) if cfg.directed else self.f2_in
         self.f3 = nn.Linear(3 * h, h)
         self.normalize = cfg.normalize
+        self.residual = cfg.residual
 
     def _aggregate(self, g, h, f2):
         with g.local_scope():
@@ -113,7 +115,8 @@ class SageLayer(nn.Module):
     def forward(self, g_in, g_out, h):
         a_in = self._aggregate(g_in, h, self.f2_in)      # (N, H) from operands
         a_out = self._aggregate(g_out, h, self.f2_out)   # (N, H) from users
-        h = F.relu(self.f3(torch.cat([h, a_in, a_out], dim=1)))
+        new = F.relu(self.f3(torch.cat([h, a_in, a_out], dim=1)))
+        h = h + new if self.residual else new
         return F.normalize(h, dim=1) if self.normalize else h
 
 
@@ -130,12 +133,14 @@ class GatLayer(nn.Module):
         self.att_out = GATConv(h, h // heads, heads, allow_zero_in_degree=True) if cfg.directed else self.att_in
         self.f3 = nn.Linear(3 * h, h)
         self.normalize = cfg.normalize
+        self.residual = cfg.residual
 
     def forward(self, g_in, g_out, h):
         n = h.shape[0]
         a_in = self.att_in(g_in, h).reshape(n, -1)     # (N, heads, H/heads) -> (N, H)
         a_out = self.att_out(g_out, h).reshape(n, -1)
-        h = F.relu(self.f3(torch.cat([h, a_in, a_out], dim=1)))
+        new = F.relu(self.f3(torch.cat([h, a_in, a_out], dim=1)))
+        h = h + new if self.residual else new
         return F.normalize(h, dim=1) if self.normalize else h
 
 

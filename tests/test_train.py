@@ -1,0 +1,303 @@
+"""tpuperf train: the model library (data, net, loop) on synthetic graph records."""
+
+import json
+import os
+from collections import Counter
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tpuperf_cli.errors import StreamError, TpuperfError
+from tpuperf_cli.model.data import (Corpus, Scaler, example, make_batch, synthetic_records,
+                                    topological_order)
+from tpuperf_cli.stream import RecordWriter, new_record
+
+torch = pytest.importorskip("torch")
+
+from tpuperf_cli.model.net import NetConfig  # noqa: E402
+from tpuperf_cli.model.train import TrainOptions, rank_loss, train  # noqa: E402
+
+TINY = dict(hidden=16, opcode_dim=8, layers=2)
+
+
+def write_shards(tmp_path, records, by="program"):
+    paths = []
+    groups = {}
+    for r in records:
+        groups.setdefault(r[by], []).append(r)
+    for key, rs in groups.items():
+        p = tmp_path / f"{key}.zst"
+        with RecordWriter(str(p)) as w:
+            for r in rs:
+                w.write(r)
+        paths.append(str(p))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    d = tmp_path_factory.mktemp("shards")
+    write_shards(d, synthetic_records(n_programs=5, kernels=24, seed=3))
+    split = d / "split.json"
+    split.write_text(json.dumps({"train": ["synth0", "synth1", "synth2"], "valid": ["synth3"],
+                                 "test": ["synth4"]}))
+    return d
+
+
+def quiet(_msg):
+    pass
+
+
+def fast_opts(**kw):
+    base = dict(epochs=6, batch_size=8, lr=1e-2, seed=0, threads=1)
+    base.update(kw)
+    return TrainOptions(**base)
+
+
+# ---------------------------------------------------------------- data
+
+def test_example_rejects_kernel_record_with_featurize_hint():
+    rec = new_record("kernel", program="p", kernel="fusion.1", hlo="HloModule m")
+    with pytest.raises(StreamError, match="run featurize first"):
+        example(rec, 7, "in.zst")
+
+
+def test_example_checks_shapes():
+    rec = synthetic_records(1, 1)[0]
+    rec["node_feat"] = np.zeros((2, 3), np.float32)
+    with pytest.raises(StreamError, match="node_feat has shape"):
+        example(rec, 1)
+    rec = synthetic_records(1, 1)[0]
+    rec["edge_index"] = np.array([[0, 99]], np.int32)
+    with pytest.raises(StreamError, match="refers to node 99"):
+        example(rec, 1)
+
+
+def test_scaler_min_max_from_training_data_and_round_trip():
+    exs = [example(r) for r in synthetic_records(2, 10, seed=1)]
+    s = Scaler()
+    for ex in exs:
+        s.update(ex)
+    s.finish()
+    b = make_batch(exs, s, s.opcode_table(139))
+    assert b.x.shape == (sum(ex.n for ex in exs), 140 + 5 + 24)
+    assert b.x.min() >= -1e-6 and b.x.max() <= 1 + 1e-6
+    assert abs(float(np.mean(b.y))) < 0.5          # standardised log runtime
+    s2 = Scaler.from_dict(json.loads(json.dumps(s.to_dict())))
+    b2 = make_batch(exs, s2, s2.opcode_table(139))
+    np.testing.assert_array_equal(b.x, b2.x)
+    # opcodes never seen in training map to row 0
+    lut = s.opcode_table(139)
+    assert lut[120] == 0 and lut[34] == 34
+
+
+def test_batch_truncates_neighbours_per_direction():
+    n = 30
+    # node 0 consumes nodes 1..29: 29 operands, truncated to 20
+    edges = np.array([[0, v] for v in range(1, n)], np.int32)
+    rec = synthetic_records(1, 1)[0]
+    rec.update(node_opcode=np.full(n, 2, np.int32), node_feat=np.zeros((n, 140), np.float32),
+               edge_index=edges)
+    ex = example(rec)
+    s = Scaler()
+    s.update(ex)
+    s.finish()
+    b = make_batch([ex, ex], s, s.opcode_table(139), neighbors=20)
+    assert Counter(b.in_dst.tolist()) == {0: 20, n: 20}        # per graph, offset by n
+    assert len(b.out_src) == 2 * (n - 1)                         # each producer has one user
+    assert set(b.in_src.tolist()) <= set(range(1, n)) | set(range(n + 1, 2 * n))
+
+
+def test_topological_order_puts_operands_first():
+    rec = synthetic_records(1, 1)[0]
+    rec.update(node_opcode=np.array([2, 2, 2], np.int32), node_feat=np.zeros((3, 140), np.float32),
+               edge_index=np.array([[1, 0], [1, 2]], np.int32))    # 1 consumes 0 and 2
+    order = topological_order(example(rec)).tolist()
+    assert order.index(2) < order.index(1) and order.index(0) < order.index(1)
+
+
+def uneven_records():
+    rs = synthetic_records(n_programs=1, kernels=60, seed=5)
+    rs += synthetic_records(n_programs=1, kernels=6, seed=6)
+    for r in rs[60:]:
+        r["program"] = "small"
+    return rs
+
+
+@pytest.mark.parametrize("memory_mb", [2048, 0.02])
+def test_epochs_draw_evenly_across_programs(tmp_path, memory_mb):
+    paths = write_shards(tmp_path, uneven_records())
+    c = Corpus(paths, memory_mb=memory_mb).scan()
+    assert c.streaming == (memory_mb < 1)
+    rng = np.random.default_rng(0)
+    counts = Counter()
+    for _ in range(20):
+        counts.update(ex.program for ex in c.epoch(rng))
+    big, small = counts["synth0"], counts["small"]
+    assert abs(big - small) / (big + small) < 0.1, counts
+    # without evenness the large program dominates
+    counts = Counter(ex.program for ex in c.epoch(rng, even=False))
+    assert counts == {"synth0": 60, "small": 6}
+
+
+def test_streaming_buffer_stays_bounded(tmp_path):
+    paths = write_shards(tmp_path, uneven_records())
+    c = Corpus(paths, memory_mb=0.02, shuffle_items=8).scan()
+    assert c.streaming and c.cache is None
+    items = list(c.epoch(np.random.default_rng(1)))
+    assert len(items) > 50
+
+
+# ---------------------------------------------------------------- losses
+
+def test_rank_loss_orders_two_configs():
+    # two configurations of one kernel: config 0 ran faster than config 1
+    y = torch.tensor([1.0, 2.0])
+    group = torch.tensor([0, 0])
+    for kind in ("hinge", "logistic"):
+        score = torch.tensor([0.5, -0.5], requires_grad=True)    # wrong order at the start
+        opt = torch.optim.SGD([score], lr=0.5)
+        for _ in range(50):
+            opt.zero_grad()
+            loss = rank_loss(score, y, group, kind, margin=0.1)
+            loss.backward()
+            opt.step()
+        assert score[0] < score[1], kind
+    right = rank_loss(torch.tensor([0.0, 1.0]), y, group, "hinge", 0.1)
+    wrong = rank_loss(torch.tensor([1.0, 0.0]), y, group, "hinge", 0.1)
+    assert float(right) == 0.0 and float(wrong) > 1.0
+    # pairs across groups do not count
+    assert float(rank_loss(torch.tensor([1.0, 0.0]), y, torch.tensor([0, 1]))) == 0.0
+
+
+# ---------------------------------------------------------------- training
+
+def test_tiny_model_trains_and_loss_falls(shards, tmp_path):
+    out = tmp_path / "m.pt"
+    r = train([str(shards / "*.zst")], out, NetConfig(**TINY), fast_opts(epochs=8),
+              split=str(shards / "split.json"), progress=quiet)
+    assert out.exists() and not os.path.exists(str(out) + ".resume")
+    losses = [h["train_loss"] for h in r["history"]]
+    assert losses[-1] < 0.6 * losses[0], losses
+    valid = [h["valid_loss"] for h in r["history"]]
+    assert min(valid) < valid[0]
+    d = torch.load(out, weights_only=True)
+    assert d["format"] == "tpuperf-model" and d["task"] == "fusion"
+    assert d["trained"]["programs"] == ["synth0", "synth1", "synth2"]
+    assert d["trained"]["split"].endswith("split.json")
+    assert d["scaling"]["kernel_features"] == 5 and 34 in d["opcodes"]
+
+
+def test_training_is_repeatable(shards, tmp_path):
+    runs = [train([str(shards / "synth0.zst"), str(shards / "synth1.zst")], tmp_path / f"{i}.pt",
+                  NetConfig(**TINY), fast_opts(epochs=2), progress=quiet) for i in range(2)]
+    assert runs[0]["history"] == runs[1]["history"]
+
+
+def test_resume_continues_an_interrupted_run_exactly(shards, tmp_path):
+    data = [str(shards / "*.zst")]
+    split = str(shards / "split.json")
+    full = train(data, tmp_path / "full.pt", NetConfig(**TINY), fast_opts(epochs=4), split=split,
+                 progress=quiet)
+
+    class Crash(Exception):
+        pass
+
+    def crash_after_two(msg):
+        if msg.startswith("epoch   2/"):
+            raise Crash()
+
+    out = tmp_path / "crashed.pt"
+    with pytest.raises(Crash):
+        train(data, out, NetConfig(**TINY), fast_opts(epochs=4), split=split, progress=crash_after_two)
+    assert os.path.exists(str(out) + ".resume")
+    # epoch 2's model and state were not saved (the crash came first), epoch 1's were
+    resumed = train(data, out, resume=True, split=split, progress=quiet)
+    assert resumed["history"] == full["history"]
+    a = torch.load(tmp_path / "full.pt", weights_only=True)["state_dict"]
+    b = torch.load(out, weights_only=True)["state_dict"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_resume_without_state_is_a_clear_error(shards, tmp_path):
+    with pytest.raises(TpuperfError, match="no .*resume to resume from"):
+        train([str(shards / "*.zst")], tmp_path / "x.pt", resume=True, progress=quiet)
+
+
+def test_streamed_corpus_trains(shards, tmp_path):
+    opts = fast_opts(epochs=2, memory_mb=0.01)
+    r = train([str(shards / "*.zst")], tmp_path / "s.pt", NetConfig(**TINY), opts, progress=quiet)
+    assert len(r["history"]) == 2
+
+
+@pytest.mark.parametrize("variant", [
+    dict(gnn="gat"), dict(gnn="none"), dict(reduction="per-node"),
+    dict(reduction="lstm"), dict(reduction="transformer", heads=2), dict(directed=False),
+])
+def test_architecture_options_train(shards, tmp_path, variant):
+    cfg = NetConfig(**{**TINY, **variant})
+    r = train([str(shards / "synth0.zst")], tmp_path / "v.pt", cfg, fast_opts(epochs=1), progress=quiet)
+    assert np.isfinite(r["history"][0]["train_loss"])
+
+
+def test_tile_task_learns_to_rank_configs(tmp_path):
+    recs = synthetic_records(n_programs=2, kernels=6, configs=6, seed=4)
+    paths = write_shards(tmp_path, recs)
+    from tpuperf_cli.eval.metrics import mean_kernel_tau, group_indices
+    from tpuperf_cli.model.predict import load_model
+
+    out = tmp_path / "tile.pt"
+    r = train(paths, out, NetConfig(**TINY), fast_opts(task="tile", epochs=10, configs=6),
+              valid=paths, progress=quiet)
+    assert r["history"][-1]["train_loss"] < r["history"][0]["train_loss"]
+    m = load_model(str(out))
+    assert m.task == "tile" and m.meta["loss"] == "hinge"
+    exs = [example(x) for x in recs]
+    pred = m.predict_examples(exs)
+    true = np.array([ex.runtime for ex in exs])
+    groups = group_indices([ex.group for ex in exs]).values()
+    assert mean_kernel_tau([(pred[i], true[i]) for i in groups]) > 0.5
+
+
+def test_no_examples_is_a_clear_error(tmp_path):
+    empty = tmp_path / "empty.msgpack"
+    empty.write_bytes(b"")
+    with pytest.raises(TpuperfError, match="no training examples"):
+        train([str(empty)], tmp_path / "m.pt", progress=quiet)
+    kernels = tmp_path / "k.msgpack"
+    with RecordWriter(str(kernels)) as w:
+        w.write(new_record("kernel", program="p", kernel="k", hlo="HloModule m", runtime_ns=5.0))
+    with pytest.raises(StreamError, match="run featurize first"):
+        train([str(kernels)], tmp_path / "m.pt", progress=quiet)
+    with pytest.raises(TpuperfError, match="no files match"):
+        train([str(tmp_path / "nothing*.zst")], tmp_path / "m.pt", progress=quiet)
+
+
+# ---------------------------------------------------------------- the command
+
+def test_train_command(shards, tmp_path):
+    from tpuperf_cli.commands.train import cli
+
+    out = tmp_path / "cli.pt"
+    res = CliRunner().invoke(cli, [
+        "--data", str(shards / "*.zst"), "--split", str(shards / "split.json"), "--out", str(out),
+        "--epochs", "2", "--hidden", "16", "--layers", "1", "--threads", "1", "--batch-size", "16"])
+    assert res.exit_code == 0, res.stderr
+    assert "epoch   1/2" in res.stderr and "valid loss" in res.stderr and "MAPE" in res.stderr
+    assert res.stdout == ""
+    assert out.exists()
+
+
+def test_train_command_errors(tmp_path):
+    from tpuperf_cli.commands.train import cli
+
+    res = CliRunner().invoke(cli, ["--out", str(tmp_path / "m.pt")],
+                                             standalone_mode=False)
+    assert isinstance(res.exception, TpuperfError) and "no training data" in str(res.exception)
+    bad = tmp_path / "split.json"
+    bad.write_text("[1, 2]")
+    res = CliRunner().invoke(cli, ["--data", str(bad), "--split", str(bad),
+                                                   "--out", str(tmp_path / "m.pt")],
+                                             standalone_mode=False)
+    assert isinstance(res.exception, TpuperfError) and "expected" in str(res.exception)
