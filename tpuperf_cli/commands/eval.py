@@ -89,6 +89,20 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
     is_default; Tile-Size APE and top-1 only; with no other predictor,
     eval shows just that).
 
+    On XLA:CPU no kernel runs in under about 6 us (dispatch), so the 5 us
+    threshold keeps every kernel there; --min-us 20 keeps those whose
+    runtime is not mostly overhead.
+
+    --format json writes one object: task, predictors, records,
+    skipped_unmeasured, and for the fusion task threshold_ns, programs
+    (a list of {program, kernels, kernels_ge, ge: {LABEL: {mape, tau}},
+    all: {LABEL: {mape, tau}}}) and summary ({ge|all: {LABEL: {median|mean:
+    {mape, tau}}}}); for the tile task programs ({program, kernels, configs,
+    metrics: {LABEL: {tile_ape, tau, top1, top5, top10, ...}}}) and summary
+    ({LABEL: {median|mean|pooled: {...}}}). Undefined figures (a constant
+    prediction's tau, a program without kernels above the threshold) are
+    null in JSON and "-" in tables.
+
     --summary prints one row per predictor instead (median and mean over
     programs; for tile data the mean and the pooled values), the compact
     form for ablations.
