@@ -2,6 +2,8 @@
 
 import io
 
+import numpy as np
+
 import pytest
 from click.testing import CliRunner
 
@@ -96,3 +98,95 @@ def test_tile_size_ape_of_the_short_list_against_a_hand_computed_case():
     assert ape == pytest.approx(40.0)
     # top-2 slowdown by hand: a: min(120, 110) / 90 - 1; b: min(90, 60) / 60 - 1 = 0
     assert metrics.top_k_slowdown(groups.values(), 2) == pytest.approx(100 * (110 / 90 - 1) / 2)
+
+
+# ---------------------------------------------------------------- with the model
+
+SAMPLE = "/work/shared/data/tpu_tile_sample.json"
+
+
+def test_rank_loss_compares_configs_only_within_a_kernel():
+    """The train helper's pairwise loss, by hand: two kernels whose scores
+    are ordered right inside each kernel but wrong across them."""
+    torch = pytest.importorskip("torch")
+    from tpuperf_cli.model.train import rank_loss
+
+    y = torch.tensor([1.0, 2.0, 10.0, 20.0])          # standardised log runtimes
+    group = torch.tensor([0, 0, 1, 1])
+    right = torch.tensor([0.0, 1.0, -5.0, -4.0])      # kernel 1 scored below kernel 0: fine
+    assert float(rank_loss(right, y, group, "hinge", 0.1)) == pytest.approx(0.0)
+    # the same scores as one kernel would be penalised (pairs across kernels)
+    assert float(rank_loss(right, y, torch.zeros(4), "hinge", 0.1)) > 1.0
+    # an inversion inside kernel 1: pairs (0,1) -> 0 and (2,3) -> relu(0.1 + 1) = 1.1
+    wrong = torch.tensor([0.0, 1.0, -4.0, -5.0])
+    assert float(rank_loss(wrong, y, group, "hinge", 0.1)) == pytest.approx(1.1 / 2)
+    # logistic: mean of log(1 + exp(-(s_j - s_i))) over the two pairs
+    expect = (np.log1p(np.exp(-1.0)) + np.log1p(np.exp(1.0))) / 2
+    assert float(rank_loss(wrong, y, group, "logistic")) == pytest.approx(expect, rel=1e-5)
+
+
+@pytest.fixture(scope="module")
+def sample_graphs(tmp_path_factory):
+    """The TPU sample, imported and featurized: one graph record per config."""
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists(SAMPLE):
+        pytest.skip("TPU sample data not here")
+    d = tmp_path_factory.mktemp("tile")
+    kernels, graphs = d / "kernels.msgpack", d / "graphs.msgpack"
+    for args, src, dst in ((["import", "tuning-json", SAMPLE], None, kernels),
+                           (["featurize"], kernels, graphs)):
+        with open(dst, "wb") as out:
+            res = subprocess.run([sys.executable, "-m", "tpuperf_cli", *args],
+                                 stdin=open(src, "rb") if src else subprocess.DEVNULL,
+                                 stdout=out, stderr=subprocess.PIPE)
+        assert res.returncode == 0, res.stderr.decode()
+    return graphs
+
+
+def test_tile_batches_hold_whole_kernels_of_imported_records(sample_graphs):
+    pytest.importorskip("torch")
+    from tpuperf_cli.model.data import Corpus
+
+    recs = list(read_records(str(sample_graphs)))
+    assert len(recs) == 87 and all(r["type"] == "graph" for r in recs)
+    corpus = Corpus([str(sample_graphs)], task="tile", configs=8).scan()
+    assert corpus.examples == 87 and corpus.sizes == {"tpu_tile_sample": 3}
+    seen = set()
+    for examples, groups in corpus.batches(np.random.default_rng(0), batch_size=4):
+        assert len(groups) == len(examples)
+        for g in set(groups.tolist()):
+            members = {(examples[i].program, examples[i].kernel)
+                       for i in range(len(examples)) if groups[i] == g}
+            assert len(members) == 1           # one group id = one kernel
+            seen |= members
+        kernels = [(e.program, e.kernel) for e in examples]
+        # different kernels in a batch never share a group id
+        assert len(set(groups.tolist())) == len(set(kernels))
+    assert len(seen) == 3
+
+
+def test_select_with_model_end_to_end(sample_graphs, tmp_path):
+    """import -> featurize -> train --task tile -> select --model: K per kernel, in order."""
+    pytest.importorskip("dgl")
+    model = tmp_path / "tile.pt"
+    res = CliRunner().invoke(tpuperf, [
+        "train", "--task", "tile", "--data", str(sample_graphs), "--out", str(model),
+        "--epochs", "2", "--hidden", "8", "--opcode-dim", "4", "--layers", "1",
+        "--configs", "4", "--batch-size", "8"])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(tpuperf, ["select", "--top", "3", "--model", str(model),
+                                       "--slim", str(sample_graphs)])
+    assert res.exit_code == 0, res.output
+    out = list(read_records(io.BytesIO(res.stdout_bytes)))
+    assert len(out) == 9
+    for k in range(3):
+        rows = out[3 * k: 3 * k + 3]
+        assert len({r["kernel"] for r in rows}) == 1
+        assert [r["rank"] for r in rows] == [1, 2, 3]
+        preds = [r["pred_ns"] for r in rows]
+        assert preds == sorted(preds)
+        assert all(r["model"].startswith("tile") and "node_feat" not in r for r in rows)
+    assert [r["candidates"] for r in out[::3]] == [61, 16, 10]

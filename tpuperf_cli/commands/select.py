@@ -55,7 +55,7 @@ def cli(inputs, k, model, field, slim, output):
     if model:
         from tpuperf_cli.tile.select import predict_records
 
-        records = predict_records(records, model)
+        records = predict_records(records, model, name=name)
     with RecordWriter(output) as out:
         for record in sel.top_k(records, k, field=field, name=name):
             out.write(sel.slim(record) if slim else record)

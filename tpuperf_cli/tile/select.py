@@ -69,13 +69,9 @@ def slim(record):
     return record
 
 
-def predict_records(records, model_path):
-    """The records with pred_ns (and model) added by the model in model_path."""
-    from tpuperf_cli.errors import TpuperfError
+def predict_records(records, model_path, name="input"):
+    """The records with pred_ns and model added by the model in model_path
+    (the model library's predict_records: batches, input order kept)."""
+    from tpuperf_cli.model.predict import predict_records as model_predict
 
-    try:
-        from tpuperf_cli.model import predict as model_predict
-    except ImportError:
-        raise TpuperfError("--model: the model package (tpuperf_cli.model) is not available; "
-                           "run `predict --model FILE` first and pipe its output in") from None
-    return model_predict.predict_records(records, model_path)
+    return model_predict(records, model_path, name=name)
