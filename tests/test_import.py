@@ -366,3 +366,16 @@ def test_config_read_back_matches_featurize_layout():
         row = np.asarray(features.config_features(config), np.float32)
         back = tg.config_from_features(row)
         assert back == {k: v[:6] for k, v in config.items()}
+
+
+def test_tpugraphs_records_are_model_examples(tmp_path):
+    """Graph records from TpuGraphs go to train/predict as they are (no featurize)."""
+    data = pytest.importorskip("tpuperf_cli.model.data")
+    path = tmp_path / "prog_00000000000000aa.npz"
+    make_tile_npz(path, c=3)
+    res = _run(["import", "tpugraphs", str(path)])
+    recs = _records(res.stdout_bytes)
+    ex = data.example(recs[1], 2, "tile")
+    assert ex.n == 5 and ex.config_feat.shape == (24,) and ex.kernel_feat.size == 0
+    assert (ex.program, ex.kernel) == ("prog", "kernel_00000000000000aa")
+    assert ex.runtime == pytest.approx(recs[1]["runtime_ns"])

@@ -13,13 +13,18 @@ _OUTPUT = click.option(
          "for stdout.")
 
 
-def _write(records, output, what):
-    """Write records; on an error, those already written stay valid."""
+def _write(records, output, what, files=None):
+    """Write records; on an error, those already written stay valid. On a
+    terminal, a progress line on stderr (files done, records written)."""
+    tty = sys.stderr.isatty()
     with RecordWriter(output) as out:
         for r in records:
             out.write(r)
-        if sys.stderr.isatty():
-            print(f"import {what}: wrote {out.count} records", file=sys.stderr)
+            if tty and files and out.count % 1000 == 0:
+                print(f"\rimport {what}: {out.count} records, file {files[0]} of {files[1]}",
+                      end="", file=sys.stderr, flush=True)
+        if tty:
+            print(f"\rimport {what}: wrote {out.count} records" + " " * 20, file=sys.stderr)
 
 
 @click.group("import", context_settings={"help_option_names": ["-h", "--help"]})
@@ -137,5 +142,10 @@ def tpugraphs(paths, runtime, max_configs, seed, output):
     from tpuperf_cli.tile import tpugraphs as tg
 
     files = tg.find_files(paths)
-    _write(tg.import_files(files, runtime=runtime, max_configs=max_configs, seed=seed),
-           output, "tpugraphs")
+    progress = [0, len(files)]
+
+    def on_file(number, path):
+        progress[0] = number
+
+    _write(tg.import_files(files, runtime=runtime, max_configs=max_configs, seed=seed,
+                           on_file=on_file), output, "tpugraphs", progress)

@@ -250,11 +250,14 @@ def records(path, runtime="scaled", max_configs=None, seed=0, index=0):
         )
 
 
-def import_files(paths, runtime="scaled", max_configs=None, seed=0):
+def import_files(paths, runtime="scaled", max_configs=None, seed=0, on_file=None):
     """Records of many tile files; kernels of one program are numbered in
-    the order their files come."""
+    the order their files come. on_file(number, path) is called as each
+    file (1-based) starts."""
     next_index = {}
-    for path in paths:
+    for number, path in enumerate(paths, 1):
+        if on_file:
+            on_file(number, path)
         program, _ = split_tile_id(os.path.splitext(os.path.basename(path))[0])
         index = next_index.get(program, 0)
         next_index[program] = index + 1
