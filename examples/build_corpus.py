@@ -37,6 +37,15 @@ by examples/make_programs.py) split the programs, never kernels, into
 program P is graphs/P.zst; `--list SPLIT SET` prints the shard paths of one
 set, e.g. `tpuperf train --data $(python examples/build_corpus.py --list
 random train)`.
+
+Rebuilding:
+    python examples/build_corpus.py featurize     # graphs/ from kernels/ (no timing)
+    python examples/build_corpus.py --force       # re-split and re-featurize all;
+                                                  # timings come from .cache/
+    rm -r examples/corpus/.cache && python examples/build_corpus.py --force
+                                                  # measure everything again
+New programs in programs.json are measured by a plain run (existing kernel
+shards are kept); kernels already in the cache are not timed again.
 """
 
 import argparse
@@ -206,15 +215,13 @@ def main(argv=None):
         description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("steps", nargs="*", default=["measure", "featurize"],
-                    choices=["measure", "featurize", "manifest"],
-                    help="what to do (default: measure featurize); 'featurize' alone rebuilds "
-                         "graphs/*.zst from the committed kernels/*.zst; 'manifest' only "
-                         "rewrites manifest.json")
+    ap.add_argument("steps", nargs="*", metavar="STEP",
+                    help="measure, featurize and/or manifest (default: measure featurize); "
+                         "'featurize' alone rebuilds graphs/*.zst from the committed "
+                         "kernels/*.zst; 'manifest' only rewrites manifest.json")
     ap.add_argument("--only", nargs="+", metavar="PROGRAM", help="only these programs")
     ap.add_argument("--min-time", default="3ms",
-                    help="measure --min-time: shortest run (default 3ms; the machine is shared, "
-                         "min of --runs runs absorbs the noise)")
+                    help="measure --min-time: shortest run (default 3ms)")
     ap.add_argument("--runs", type=int, default=3, help="measure --runs (default 3)")
     ap.add_argument("--cpus", type=int, default=1,
                     help="measure --cpus (default 1: one pinned CPU, one XLA thread)")
@@ -231,6 +238,10 @@ def main(argv=None):
                     help="print the graph shard paths of one split set (random|manual, "
                          "train|valid|test) and exit")
     args = ap.parse_args(argv)
+    args.steps = args.steps or ["measure", "featurize"]
+    bad = set(args.steps) - {"measure", "featurize", "manifest"}
+    if bad:
+        ap.error(f"unknown step(s): {', '.join(sorted(bad))} (choose measure, featurize, manifest)")
     if args.list:
         list_split(*args.list)
         return
