@@ -204,6 +204,15 @@ def test_repeated_kernel_keeps_both_apart(tmp_path):
     path = _write_json(tmp_path, [_kernel(fp=5), _kernel(fp=5)], name="two.json")
     names = [r["kernel"] for r in tj.records(path)]
     assert names == ["kernel_0000000000000005"] * 2 + ["kernel_0000000000000005#2"] * 2
+    # two files into one --program: the same kernel in both stays apart too
+    other = _write_json(tmp_path, [_kernel(fp=5)], name="three.json")
+    res = _run(["import", "tuning-json", "--program", "p", path, other])
+    names = [r["kernel"] for r in _records(res.stdout_bytes)]
+    assert names[-2:] == ["kernel_0000000000000005#3"] * 2
+    res = _run(["import", "tuning-json", path, other])      # programs two, three
+    recs = _records(res.stdout_bytes)
+    assert [(r["program"], r["kernel"]) for r in recs][-2:] == [
+        ("three", "kernel_0000000000000005")] * 2
 
 
 # ---------------------------------------------------------------- TpuGraphs

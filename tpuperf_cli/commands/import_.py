@@ -87,8 +87,10 @@ def tuning_json(files, program, device_kind, output):
     from tpuperf_cli.tile import tuning_json as tj
 
     def records():
+        seen = {}   # one --program for several files: repeated kernels stay apart
         for path in files:
-            yield from tj.records(path, program=program, device_kind=device_kind)
+            yield from tj.records(path, program=program, device_kind=device_kind,
+                                  seen=seen if program else None)
 
     _write(records(), output, "tuning-json")
 

@@ -132,17 +132,19 @@ def kernel_name(fingerprint_value):
     return f"kernel_{fingerprint_value}"
 
 
-def records(path, program=None, device_kind=None):
+def records(path, program=None, device_kind=None, seen=None):
     """Yield one kernel record per (kernel, configuration) of a tuning file.
 
     Every kernel is checked whole before any of its records is yielded, so a
     malformed kernel stops the import after the good kernels before it.
+    seen: {kernel name: times seen} shared by files imported into one
+    program, so a kernel repeated there stays apart (name#2, ...).
     """
     data = load(path)
     program = program or os.path.splitext(os.path.basename(path))[0]
     target = {"platform": "tpu", "device_kind": device_kind, "source": SOURCE,
               "file": os.path.basename(path)}
-    seen = {}
+    seen = {} if seen is None else seen
     for k, kernel in enumerate(data):
         where = _where(path, k, kernel)
         if not isinstance(kernel, dict):
