@@ -311,6 +311,9 @@ def test_layout_collection_is_refused_clearly(tmp_path):
     ({"config_runtime_normalizers": np.zeros(6, np.int64)}, ["'config_runtime_normalizers'",
                                                               "positive"]),
     ({"node_feat": np.full((5, 140), np.nan, np.float32)}, ["'node_feat'", "NaN"]),
+    ({"config_runtime": np.array([object()] * 6, dtype=object)}, ["'config_runtime'",
+                                                                  "cannot read"]),
+    ({"node_opcode": np.array(list("abcde"))}, ["'node_opcode'", "expected numbers"]),
 ])
 def test_malformed_npz_names_file_and_key(tmp_path, override, words):
     path = tmp_path / "prog_0123456789abcdef.npz"
