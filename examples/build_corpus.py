@@ -108,6 +108,8 @@ def measure_program(prog, args):
     cmd = tool("measure") + ["--backend", "cpu", "--min-time", args.min_time,
                              "--runs", str(args.runs), "--cache-dir", str(args.cache_dir),
                              "--cpus", str(args.cpus), "--clock", args.clock, "--no-progress"]
+    if args.retry_errors:
+        cmd.append("--retry-errors")
     meas = subprocess.Popen(cmd, stdin=split.stdout, stdout=subprocess.PIPE)
     split.stdout.close()
     n = _write_atomic(meas.stdout, dest)
@@ -232,6 +234,8 @@ def main(argv=None):
                     help="measure's cache (default examples/corpus/.cache)")
     ap.add_argument("--graphs-dir", type=Path, default=None,
                     help="where featurize writes graph shards (default examples/corpus/graphs)")
+    ap.add_argument("--retry-errors", action="store_true",
+                    help="measure again kernels whose cached measurement failed")
     ap.add_argument("--force", action="store_true",
                     help="rebuild kernel shards that exist (measurements still come from the cache)")
     ap.add_argument("--list", nargs=2, metavar=("SPLIT", "SET"),

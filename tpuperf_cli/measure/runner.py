@@ -89,7 +89,8 @@ class MeasureError(Exception):
 
 def hlo_fingerprint(text):
     """A stand-in fingerprint for records without one: sha256 of the text
-    with metadata, names' numeric suffixes and blank space normalised."""
+    without metadata and with runs of blank space made one space (names are
+    kept: hlo-split's own fingerprint also normalises those)."""
     t = re.sub(r",?\s*metadata=\{[^{}]*\}", "", text)
     t = re.sub(r"\s+", " ", t).strip()
     return hashlib.sha256(t.encode()).hexdigest()[:32]
@@ -202,19 +203,86 @@ def _computations(text):
     return header, comps
 
 
+_DEF_RE = re.compile(r"^(\s*)(ROOT\s+)?%([\w.\-]+)(\s*=\s*)(.*)$")
+_REF_RE = re.compile(r"%([\w.\-]+)")
+
+
+def _call_operands(line, opcode):
+    """Operand names of `opcode(...)` in an instruction line, or None."""
+    m = re.search(r"\s" + re.escape(opcode) + r"\(", line)
+    if not m:
+        return None
+    depth, i = 1, m.end()
+    while i < len(line) and depth:
+        depth += {"(": 1, ")": -1}.get(line[i], 0)
+        i += 1
+    return _REF_RE.findall(line[m.end(): i - 1])
+
+
+def _inline_fusions(comps, entry_name, limit=64):
+    """Replace every fusion instruction in the ENTRY by the instructions of
+    its fused computation (renamed apart; the fused root takes the fusion's
+    name), until none is left. comps: [(name, is_entry, lines)]."""
+    by_name = {c[0]: c for c in comps}
+    for _ in range(limit):
+        entry = by_name[entry_name]
+        lines = entry[2]
+        for pos, line in enumerate(lines):
+            if not re.search(r"\sfusion\(", line):
+                continue
+            d = _DEF_RE.match(line)
+            m = _CALLS_RE.search(line)
+            operands = _call_operands(line, "fusion")
+            if not (d and m and operands is not None and m.group(1) in by_name):
+                return False
+            fused = by_name[m.group(1)][2]
+            indent, is_root, fname = d.group(1), bool(d.group(2)), d.group(3)
+            rename, body = {}, []
+            defs = [(_DEF_RE.match(l), l) for l in fused[1:-1] if l.strip()]
+            for dm, l in defs:
+                if dm is None:
+                    return False
+                pm = re.search(r"\sparameter\((\d+)\)", dm.group(5))
+                if pm:
+                    k = int(pm.group(1))
+                    if k >= len(operands):
+                        return False
+                    rename[dm.group(3)] = operands[k]
+                elif dm.group(2):
+                    rename[dm.group(3)] = fname
+                else:
+                    rename[dm.group(3)] = f"{dm.group(3)}.inl{pos}"
+            for dm, l in defs:
+                if re.search(r"\sparameter\(\d+\)", dm.group(5)):
+                    continue
+                rest = _REF_RE.sub(lambda r: "%" + rename.get(r.group(1), r.group(1)),
+                                   dm.group(5))
+                root = "ROOT " if dm.group(2) and is_root else ""
+                body.append(f"{indent}{root}%{rename[dm.group(3)]}{dm.group(4)}{rest}")
+            lines[pos:pos + 1] = body
+            break
+        else:
+            return True
+    return False
+
+
 def prepare(text):
     """Rewrite a kernel module so XLA compiles it from StableHLO.
 
-    Two rewrites, both keeping the work the kernel does:
+    Rewrites that keep the work the kernel does:
 
     * a module whose ENTRY only feeds its parameters to one fusion becomes
       the fused computation itself (marked ENTRY): the StableHLO importer
       keeps a fusion as an `mhlo.fusion` region without the layouts of its
       instructions, which XLA:CPU then aborts on (a CHECK failure, not an
       error); the fused ops compiled plainly are re-fused by XLA's pipeline;
+    * fusions left in the ENTRY (nested fusions, as in TPU kernels) are
+      inlined the same way, their instructions renamed apart;
     * `bitcast` (after layout assignment, a reshape that moves no data)
       becomes `reshape`: the importer gives a bitcast the wrong layout
       attributes and compilation fails.
+
+    Text in another form than XLA prints (names without %) is left as it is.
     """
     header, comps = _computations(text)
     if not comps or not header or not header[0].lstrip().startswith("HloModule"):
@@ -224,19 +292,24 @@ def prepare(text):
         name, _, lines = entries[0]
         body = [l for l in lines[1:-1] if l.strip() and not l.strip().startswith("//")]
         work = [l for l in body if not re.search(r"\sparameter\(\d+\)", l)]
+        changed = False
         if len(work) == 1 and re.search(r"\sfusion\(", work[0]):
             m = _CALLS_RE.search(work[0])
-            if m:
+            if m and m.group(1) in {c[0] for c in comps}:
                 fused = m.group(1)
-                out = [header[0].split(",")[0].rstrip(), ""]
-                for cname, _, clines in comps:
-                    if cname == name:
-                        continue
-                    if cname == fused:
-                        clines = ["ENTRY " + clines[0].lstrip()] + clines[1:]
-                    out.extend(clines)
-                    out.append("")
-                text = "\n".join(out)
+                comps = [(c, c == fused, (["ENTRY " + l[0].lstrip()] + l[1:]) if c == fused
+                          else l) for c, _, l in comps if c != name]
+                name = fused
+                changed = True
+        comps = [(c, e, list(l)) for c, e, l in comps]
+        if any(re.search(r"\sfusion\(", l) for l in dict((c, l) for c, e, l in comps)[name]):
+            changed = _inline_fusions(comps, name) or changed
+        if changed:
+            out = [header[0].split(",")[0].rstrip(), ""]
+            for _, _, clines in comps:
+                out.extend(clines)
+                out.append("")
+            text = "\n".join(out)
     return _BITCAST_RE.sub(r"\1reshape(", text)
 
 
