@@ -105,8 +105,8 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
                   the process could use); clock when not "wall"
 
     A kernel that cannot be timed gets `error` (a reason, prefixed by its
-    kind: collective, compile, parse, unsupported, inputs, run) instead of
-    runtime_ns, and the stream goes on. All other fields pass through
+    kind: collective, parse, convert, compile, unsupported, inputs, run,
+    crash, timeout) instead of runtime_ns, and the stream goes on. All other fields pass through
     untouched.
 
     How a kernel is timed: its standalone HloModule (the record's `hlo`) is
@@ -136,9 +136,20 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
     benchmarks/bench_measure_noise.py). A target with another clock or CPU
     count is another cache key.
 
-    Collectives, infeed/outfeed and send/recv cannot run
-    alone and fail with kind "collective"; custom calls the runtime lacks
-    fail to compile.
+    Collectives, infeed/outfeed and send/recv cannot run alone and fail with
+    kind "collective"; custom calls the runtime lacks fail to compile.
+
+    Compilation and timing happen in a child process: XLA aborts the process
+    on some internal errors (a failed CHECK), and a kernel may never finish;
+    such a kernel gets error kind "crash" or "timeout" (--timeout) and a new
+    child takes over. Before compiling, fusions in the ENTRY are inlined (a
+    module whose ENTRY only calls one fusion becomes the fused computation;
+    XLA then re-fuses the ops) and bitcasts become reshapes: the StableHLO
+    importer drops the layouts inside fusions, which XLA:CPU aborts on, and
+    mishandles bitcasts. StableHLO has no layouts: the ENTRY parameter
+    layouts are passed on as the executable's argument layouts; layouts
+    inside the kernel (and TPU tiling such as T(8,128)) are chosen again by
+    the compiler.
 
     The cache: each measurement (or failure) is stored under the kernel's
     fingerprint (a hash of its text when the record has none) and the
