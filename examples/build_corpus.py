@@ -41,7 +41,9 @@ random train)`.
 Rebuilding:
     python examples/build_corpus.py featurize     # graphs/ from kernels/ (no timing)
     python examples/build_corpus.py --force       # re-split and re-featurize all;
-                                                  # timings come from .cache/
+                                                  # timings come from .cache/, which
+                                                  # is first filled from kernels/*.zst
+                                                  # (same target only)
     rm -r examples/corpus/.cache && python examples/build_corpus.py --force
                                                   # measure everything again
 New programs in programs.json are measured by a plain run (existing kernel
@@ -118,6 +120,33 @@ def measure_program(prog, args):
         raise SystemExit(f"build_corpus: {prog['name']}: hlo-split or measure failed")
     log(f"{prog['name']}: {n} kernels measured in {time.time() - t0:.1f}s")
     return time.time() - t0
+
+
+def seed_cache(cache_dir):
+    """Put the runtimes of the committed kernel shards into measure's cache,
+    so that a fresh checkout rebuilding with --force times only what is new
+    (an entry counts only for the same target: another machine measures
+    afresh)."""
+    sys.path.insert(0, str(ROOT))
+    from tpuperf_cli.measure.cache import Cache
+    from tpuperf_cli.measure.runner import METHOD, target_key
+    from tpuperf_cli.stream import read_records
+
+    cache = Cache(str(cache_dir))
+    added = 0
+    try:
+        for shard in sorted((CORPUS / "kernels").glob("*.zst")):
+            for r in read_records(str(shard)):
+                if "runtime_ns" not in r or not r.get("target") or not r.get("fingerprint"):
+                    continue
+                key = target_key({**r["target"], "method": METHOD})
+                if cache.get(r["fingerprint"], key) is None:
+                    cache.put(r["fingerprint"], key, r["target"], r["runtime_ns"], r["runs"])
+                    added += 1
+    finally:
+        cache.close()
+    if added:
+        log(f"cache: {added} runtimes taken from the committed kernel shards")
 
 
 def featurize_program(prog, out_dir):
@@ -253,6 +282,7 @@ def main(argv=None):
     (CORPUS / "kernels").mkdir(parents=True, exist_ok=True)
     seconds = {}
     if "measure" in args.steps:
+        seed_cache(args.cache_dir)
         log(f"measuring {len(programs)} programs (min-time {args.min_time}, runs {args.runs})")
         t0 = time.time()
         for prog in programs:
