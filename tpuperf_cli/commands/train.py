@@ -63,6 +63,10 @@ from tpuperf_cli.errors import TpuperfError
               help="Separate weights for operand and user edges.")
 @click.option("--normalize/--no-normalize", default=True, show_default=True,
               help="L2-normalise node embeddings after each GNN layer.")
+@click.option("--kernel-head/--no-kernel-head", default=True, show_default=True,
+              help="Also feed the kernel and config features straight to the final layer (a "
+                   "linear skip), so predictions extrapolate to kernels larger than any seen; "
+                   "--no-kernel-head is the paper's model exactly.")
 @click.option("--reduction", type=click.Choice(["per-node", "column", "lstm", "transformer"]),
               default="column", show_default=True,
               help="Nodes -> kernel: per-node MLP then sum, column-wise mean & max, LSTM over "
@@ -78,7 +82,8 @@ from tpuperf_cli.errors import TpuperfError
 @click.option("--name", help="Model name stem recorded in predictions (default: OUT's file name).")
 def cli(files, data, out, valid, split, task, loss, epochs, batch_size, lr, weight_decay, margin,
         patience, monitor, min_us, even, configs, memory_mb, seed, device, threads, max_time,
-        gnn, layers, hidden, opcode_dim, neighbors, aggregate, directed, normalize, reduction,
+        gnn, layers, hidden, opcode_dim, neighbors, aggregate, directed, normalize, kernel_head,
+        reduction,
         heads, seq_layers, dropout, resume, keep_state, name):
     """Train a performance model (a graph neural network) on measured kernels.
 
@@ -150,7 +155,7 @@ def cli(files, data, out, valid, split, task, loss, epochs, batch_size, lr, weig
     try:
         net = NetConfig(opcode_dim=opcode_dim, hidden=hidden, gnn=gnn, layers=layers,
                         neighbors=neighbors, aggregate=aggregate, directed=directed,
-                        normalize=normalize, heads=heads, reduction=reduction,
+                        normalize=normalize, kernel_head=kernel_head, heads=heads, reduction=reduction,
                         seq_layers=seq_layers, dropout=dropout).check()
     except ValueError as e:
         raise TpuperfError(str(e), exit_code=2) from None

@@ -270,7 +270,7 @@ class Scaler:
 class Batch:
     """Many graphs as one: node rows concatenated, edges offset."""
 
-    __slots__ = ("opcode", "x", "n_nodes", "in_src", "in_dst", "out_src", "out_dst",
+    __slots__ = ("opcode", "x", "kernel_x", "n_nodes", "in_src", "in_dst", "out_src", "out_dst",
                  "seq_keep", "seq_graph", "seq_pos", "seq_len", "seq_lengths", "y", "group")
 
     def __len__(self):
@@ -314,6 +314,7 @@ def make_batch(examples, scaler, lut, neighbors=20, sequence=False, max_nodes=51
     kc = (slog(kc) - scaler.lo[nf:]) * scaler.inv[nf:]
     x[:, nf:] = np.repeat(kc, n_nodes, axis=0)
     b.x = x
+    b.kernel_x = kc.astype(np.float32)                # (B, kernel + config features)
 
     m = np.fromiter((ex.edges.shape[0] for ex in examples), np.int64, len(examples))
     if m.sum():
@@ -575,7 +576,8 @@ def synthetic_records(n_programs=4, kernels=30, seed=0, configs=0, nodes=(3, 12)
     part of an output size. runtime = 2 us + sum over nodes of a per-opcode
     cost x size. With configs > 0 every kernel appears `configs` times with a
     different tile config_feat (column 0 = tile size) and a runtime that
-    depends on it, for the tile task.
+    depends on it (best tile grows with the kernel's node count), for the
+    tile task.
     """
     from tpuperf_cli.stream import new_record
 
@@ -607,7 +609,7 @@ def synthetic_records(n_programs=4, kernels=30, seed=0, configs=0, nodes=(3, 12)
                 base["target"] = target
             noise = float(np.exp(rng.normal(0, 0.02)))
             if configs:
-                best = float(rng.choice([2.0, 4.0, 8.0, 16.0]))
+                best = float(2 ** min(4, 1 + n // 3))    # larger kernels like larger tiles
                 for c in range(configs):
                     tile = float(2 ** (c % 6))
                     cf = np.zeros(CONFIG_FEATURES, np.float32)

@@ -28,6 +28,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 GNNS = ("sage", "gat", "none")
+NODE_FEATURES = 140     # per-node features of a graph record (TpuGraphs layout)
 REDUCTIONS = ("per-node", "column", "lstm", "transformer")
 
 
@@ -46,6 +47,9 @@ class NetConfig:
     directed: bool = True       # separate weights for incoming and outgoing edges
     normalize: bool = True      # L2-normalise node embeddings after each layer
     residual: bool = True       # add each layer's input to its output (before normalising)
+    kernel_head: bool = True    # kernel + config features also feed the head directly (and
+                                # linearly), so runtimes extrapolate past the bounded,
+                                # normalised node embeddings (False: the paper's model)
     heads: int = 4              # attention heads (GAT, Transformer)
     reduction: str = "column"   # "per-node", "column", "lstm" or "transformer"
     seq_layers: int = 1         # LSTM / Transformer encoder layers in the reduction
@@ -67,6 +71,8 @@ class NetConfig:
             raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, not {self.reduction!r}")
         if self.aggregate not in ("mean", "sum"):
             raise ValueError(f"aggregate must be mean or sum, not {self.aggregate!r}")
+        if self.in_features <= NODE_FEATURES:
+            raise ValueError(f"in_features must exceed the {NODE_FEATURES} node features")
         if self.hidden < 1 or self.layers < 0 or self.neighbors < 1 or self.opcode_dim < 1:
             raise ValueError("hidden, opcode_dim and neighbors must be positive, layers >= 0")
         if self.reduction == "transformer" and self.hidden % self.heads:
@@ -211,14 +217,20 @@ class Net(nn.Module):
         n_layers = cfg.layers if layer else 0
         self.layers = nn.ModuleList([layer(cfg) for _ in range(n_layers)])
         self.reduce = Reduction(cfg)
-        self.head = mlp(self.reduce.width, cfg.hidden, 1, cfg.dropout, final_act=False)
+        k = cfg.in_features - NODE_FEATURES if cfg.kernel_head else 0   # kernel + config features
+        self.head = mlp(self.reduce.width + k, cfg.hidden, 1, cfg.dropout, final_act=False)
+        self.skip = nn.Linear(k, 1) if k else None
 
     def forward(self, batch):
         """batch: the dict of `to_device`. Returns one number per graph (B,)."""
         h = self.f1(torch.cat([self.embed(batch["opcode"]), batch["x"]], dim=1))   # (N, H)
         for layer in self.layers:
             h = layer(batch["g_in"], batch["g_out"], h)
-        return self.head(self.reduce(h, batch)).squeeze(1)                           # (B,)
+        r = self.reduce(h, batch)                                                    # (B, R)
+        if self.skip is None:
+            return self.head(r).squeeze(1)                                           # (B,)
+        k = batch["kernel_x"]                                                        # (B, K)
+        return (self.head(torch.cat([r, k], dim=1)) + self.skip(k)).squeeze(1)       # (B,)
 
 
 def to_device(b, device="cpu"):
@@ -229,6 +241,7 @@ def to_device(b, device="cpu"):
         "opcode": t(b.opcode).long(),
         "x": t(b.x),
         "n_nodes": t(b.n_nodes).long(),
+        "kernel_x": t(b.kernel_x),
         "g_in": dgl.graph((t(b.in_src).long(), t(b.in_dst).long()), num_nodes=n),
         "g_out": dgl.graph((t(b.out_src).long(), t(b.out_dst).long()), num_nodes=n),
     }

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Accuracy of a model on held-out programs of the CPU corpus, beside the
+analytical baseline (the paper's Table 2 setting).
+
+For every test-split program (examples/splits/*.json, "test"): MAPE and
+Kendall's tau of the model's per-kernel predictions on kernels measured at
+>= --min-us (5 us, as in the paper), then median and mean over programs;
+the same for the roofline baseline (tpuperf_cli.eval.baseline: max of
+compute and memory time from kernel_feat, one coefficient per kernel kind,
+fitted on the train-split programs). A last column pair gives the error of
+the whole-program estimate (sum of prediction x count, what `score`
+prints).
+
+    .venv/bin/python benchmarks/bench_accuracy.py                  # bundled model, random split
+    .venv/bin/python benchmarks/bench_accuracy.py --model m.pt --split examples/splits/manual.json
+"""
+
+import argparse
+import glob
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tpuperf_cli.eval import baseline as baseline_lib  # noqa: E402
+from tpuperf_cli.eval import metrics  # noqa: E402
+from tpuperf_cli.stream import read_records  # noqa: E402
+
+
+def load(corpus, programs):
+    out = []
+    for name in programs:
+        path = os.path.join(corpus, f"{name}.zst")
+        if not os.path.exists(path):
+            sys.exit(f"bench_accuracy: {path} missing (build the corpus: examples/build_corpus.py)")
+        out += [r for r in read_records(path) if (r.get("runtime_ns") or 0) > 0]
+    return out
+
+
+def per_program(records, pred, min_ns):
+    rows = []
+    for prog, idx in metrics.group_indices([r["program"] for r in records]).items():
+        true = np.asarray([records[i]["runtime_ns"] for i in idx])
+        p = pred[idx]
+        counts = np.asarray([records[i].get("count", 1) for i in idx], dtype=np.float64)
+        m = metrics.fusion_metrics(p, true, min_ns)
+        m["program"] = prog
+        m["total_ape"] = 100 * abs((p * counts).sum() - (true * counts).sum()) / (true * counts).sum()
+        rows.append(m)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", help="model file (default: the bundled model)")
+    ap.add_argument("--split", default=os.path.join(ROOT, "examples/splits/random.json"))
+    ap.add_argument("--corpus", default=os.path.join(ROOT, "examples/corpus/graphs"))
+    ap.add_argument("--set", default="test", help="which program list of the split to score")
+    ap.add_argument("--min-us", type=float, default=5.0)
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = ap.parse_args()
+
+    split = json.load(open(args.split))
+    train = load(args.corpus, split["train"])
+    test = load(args.corpus, split[args.set])
+    min_ns = args.min_us * 1000
+
+    from tpuperf_cli.model.predict import load_model
+
+    t = time.time()
+    model = load_model(args.model)
+    from tpuperf_cli.model.data import example
+
+    pred = model.predict_examples([example(r, i) for i, r in enumerate(test, 1)])
+    t_model = time.time() - t
+
+    base = baseline_lib.fit_records(train)
+    bpred = np.asarray([base.predict_record(r) for r in test])
+
+    rows_m = per_program(test, pred, min_ns)
+    rows_b = per_program(test, bpred, min_ns)
+    fields = ("mape", "tau", "total_ape")
+    med_m, mean_m = metrics.summarize(rows_m, fields)
+    med_b, mean_b = metrics.summarize(rows_b, fields)
+    if args.json:
+        print(json.dumps({"model": model.name, "split": os.path.basename(args.split), "set": args.set,
+                          "model_rows": rows_m, "baseline_rows": rows_b,
+                          "model_median": med_m, "model_mean": mean_m,
+                          "baseline_median": med_b, "baseline_mean": mean_b}, indent=1))
+        return
+    tgt = model.target or {}
+    print(f"model {model.name} (trained on {tgt.get('platform')}/{tgt.get('chip')}, "
+          f"{len(model.meta.get('trained', {}).get('programs', []))} programs); "
+          f"split {os.path.basename(args.split)} '{args.set}': {len(rows_m)} programs, "
+          f"{len(test)} kernels; kernels >= {args.min_us:g} us")
+    print(f"baseline: roofline x per-kind coefficient fitted on {len(train)} train kernels "
+          f"({len(base.coef)} kinds)")
+    head = f"{'program':24s} {'kernels':>7s} | {'MAPE':>7s} {'tau':>6s} {'prog.err':>8s} | " \
+           f"{'MAPE':>7s} {'tau':>6s} {'prog.err':>8s}"
+    print(f"{'':33s}| {'model':^24s}| {'baseline':^24s}")
+    print(head)
+    print("-" * len(head))
+
+    def fmt(r):
+        return f"{r['mape']:6.1f}% {r['tau']:6.3f} {r['total_ape']:7.1f}%"
+
+    for rm, rb in zip(rows_m, rows_b):
+        print(f"{rm['program']:24s} {rm['n']:7d} | {fmt(rm)} | {fmt(rb)}")
+    print("-" * len(head))
+    print(f"{'median':24s} {'':7s} | {fmt(med_m)} | {fmt(med_b)}")
+    print(f"{'mean':24s} {'':7s} | {fmt(mean_m)} | {fmt(mean_b)}")
+    print(f"(model predicted {len(test)} kernels in {t_model:.2f}s including loading)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""predict: model files, loading, predictions on records, the command."""
+
+import io
+import os
+import subprocess
+import sys
+
+import msgpack
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tpuperf_cli.errors import StreamError, TpuperfError
+from tpuperf_cli.model import default_model_path
+from tpuperf_cli.model.data import example, synthetic_records
+from tpuperf_cli.stream import RecordWriter, new_record, read_records
+
+torch = pytest.importorskip("torch")
+
+from tpuperf_cli.model.net import NetConfig  # noqa: E402
+from tpuperf_cli.model.predict import (Model, load_model, predict_batch,  # noqa: E402
+                                       predict_records)
+from tpuperf_cli.model.train import TrainOptions, train  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+CPU = {"platform": "cpu", "device_kind": "cpu", "chip": "AMD EPYC", "jax": "0.6.2"}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    d = tmp_path_factory.mktemp("predict")
+    shard = d / "train.zst"
+    with RecordWriter(str(shard)) as w:
+        for r in synthetic_records(n_programs=3, kernels=20, seed=7, target=CPU):
+            w.write(r)
+    out = d / "m.pt"
+    train([str(shard)], out, NetConfig(hidden=16, opcode_dim=8, layers=2),
+          TrainOptions(epochs=2, batch_size=8, lr=1e-2, threads=1), progress=lambda m: None)
+    return out
+
+
+def stream(records):
+    buf = io.BytesIO()
+    w = RecordWriter(buf)
+    for r in records:
+        w.write(r)
+    w.flush()
+    return buf.getvalue()
+
+
+def decode(data):
+    return list(read_records(io.BytesIO(data)))
+
+
+def run(args, data=b""):
+    return subprocess.run([os.path.join(os.path.dirname(PY), "predict"), *args], input=data,
+                          capture_output=True, cwd=ROOT, env={**os.environ, "TPUPERF_THREADS": "1"})
+
+
+# ---------------------------------------------------------------- library
+
+def test_saved_model_predicts_the_same_numbers(trained):
+    recs = synthetic_records(n_programs=2, kernels=15, seed=11)
+    m1 = load_model(str(trained))
+    exs = [example(r) for r in recs]
+    p1 = m1.predict_examples(exs)
+    # write it again from the loaded weights and read it back
+    from tpuperf_cli.model.predict import model_dict, read_model_file, save_atomic
+
+    d = read_model_file(str(trained))
+    save_atomic(d, trained.parent / "copy.pt")
+    p2 = load_model(str(trained.parent / "copy.pt")).predict_examples(exs)
+    np.testing.assert_array_equal(p1, p2)
+    assert np.all(p1 > 0) and np.all(np.isfinite(p1))
+    # batch size does not change the numbers (beyond float rounding)
+    np.testing.assert_allclose(m1.predict_examples(exs, batch_size=3), p1, rtol=1e-5)
+    np.testing.assert_allclose(predict_batch(m1, recs), p1, rtol=1e-6)
+    assert isinstance(model_dict, object)
+
+
+def test_model_file_holds_what_the_docs_say(trained):
+    d = torch.load(trained, weights_only=True)
+    for key in ("format", "version", "name", "task", "loss", "config", "state_dict", "scaling",
+                "opcodes", "target", "trained"):
+        assert key in d, key
+    assert d["target"]["platform"] == "cpu" and d["target"]["chip"] == "AMD EPYC"
+    assert d["name"].startswith("m-") and len(d["name"]) == len("m-") + 8
+    assert d["config"]["hidden"] == 16 and d["trained"]["examples"] == 60
+
+
+def test_predict_records_adds_fields_keeps_order_and_passthrough(trained):
+    recs = synthetic_records(n_programs=1, kernels=7, seed=12)
+    for i, r in enumerate(recs):
+        r["extra"] = {"i": i}
+    m = load_model(str(trained))
+    out = list(predict_records(recs, m, batch_size=3))
+    assert [r["kernel"] for r in out] == [f"fusion.{i}" for i in range(7)]
+    assert all(r["model"] == m.name and r["pred_ns"] > 0 for r in out)
+    assert [r["extra"]["i"] for r in out] == list(range(7))
+
+
+def test_kernel_record_stops_after_writing_the_good_ones(trained):
+    recs = synthetic_records(n_programs=1, kernels=3, seed=13)
+    recs.insert(2, new_record("kernel", program="p", kernel="dot.1", hlo="HloModule m"))
+    got = []
+    with pytest.raises(StreamError, match="record 3 .*run featurize first"):
+        for r in predict_records(recs, str(trained), batch_size=512):
+            got.append(r)
+    assert len(got) == 2 and all("pred_ns" in r for r in got)
+
+
+def test_target_mismatch_warns_once(trained):
+    recs = synthetic_records(n_programs=1, kernels=4, seed=14,
+                             target={"platform": "tpu", "device_kind": "TPU v4", "chip": "v4"})
+    msgs = []
+    list(predict_records(recs, str(trained), warn=msgs.append))
+    assert len(msgs) == 1 and "tpu" in msgs[0] and "AMD EPYC" in msgs[0]
+    msgs.clear()
+    list(predict_records(synthetic_records(1, 4, seed=15, target=CPU), str(trained), warn=msgs.append))
+    list(predict_records(synthetic_records(1, 4, seed=15), str(trained), warn=msgs.append))
+    assert msgs == []
+
+
+# ---------------------------------------------------------------- bad model files
+
+def test_bad_model_files_are_clear_errors(tmp_path, trained):
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"this is not a model")
+    with pytest.raises(TpuperfError, match="not a tpuperf model file"):
+        load_model(str(junk))
+    other = tmp_path / "other.pt"
+    torch.save({"weights": torch.zeros(3)}, other)
+    with pytest.raises(TpuperfError, match="not a tpuperf model file"):
+        load_model(str(other))
+    d = torch.load(trained, weights_only=True)
+    del d["scaling"]
+    torch.save(d, tmp_path / "noscale.pt")
+    with pytest.raises(TpuperfError, match="lacks field.*scaling"):
+        load_model(str(tmp_path / "noscale.pt"))
+    d = torch.load(trained, weights_only=True)
+    d["config"]["hidden"] = 32
+    torch.save(d, tmp_path / "mismatch.pt")
+    with pytest.raises(TpuperfError, match="bad model file"):
+        load_model(str(tmp_path / "mismatch.pt"))
+    with pytest.raises(TpuperfError, match="No such file"):
+        load_model(str(tmp_path / "missing.pt"))
+    # a pickle that would run code is refused, not run
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("touch " + str(tmp_path / "pwned"),))
+
+    (tmp_path / "evil.pt").write_bytes(pickle.dumps({"format": Evil()}))
+    with pytest.raises(TpuperfError, match="not a tpuperf model file"):
+        load_model(str(tmp_path / "evil.pt"))
+    assert not (tmp_path / "pwned").exists()
+
+
+# ---------------------------------------------------------------- the command
+
+def test_predict_command_in_a_pipe(trained):
+    recs = synthetic_records(n_programs=2, kernels=5, seed=16)
+    res = run(["--model", str(trained)], stream(recs))
+    assert res.returncode == 0, res.stderr.decode()
+    out = decode(res.stdout)
+    assert len(out) == 10 and all(r["pred_ns"] > 0 for r in out)
+    assert res.stderr == b""
+
+
+def test_predict_command_reads_shards_and_writes_zst(trained, tmp_path):
+    shard = tmp_path / "in.zst"
+    with RecordWriter(str(shard)) as w:
+        for r in synthetic_records(n_programs=1, kernels=5, seed=17):
+            w.write(r)
+    from tpuperf_cli.commands.predict import cli
+
+    res = CliRunner().invoke(cli, ["-m", str(trained), str(shard), "-o", str(tmp_path / "out.zst")])
+    assert res.exit_code == 0, res.output
+    out = list(read_records(str(tmp_path / "out.zst")))
+    assert len(out) == 5 and all("pred_ns" in r for r in out)
+
+
+def test_predict_command_errors(trained, tmp_path):
+    kernel = new_record("kernel", program="p", kernel="dot.1", hlo="HloModule m")
+    res = run(["--model", str(trained)], stream([kernel]))
+    err = res.stderr.decode()
+    assert res.returncode == 1 and "predict: error:" in err and "featurize" in err
+    assert "Traceback" not in err
+    (tmp_path / "bad.pt").write_bytes(b"\x00" * 10)
+    res = run(["--model", str(tmp_path / "bad.pt")], b"")
+    assert res.returncode == 1 and "not a tpuperf model file" in res.stderr.decode()
+    res = run(["--model", str(trained)], b"\x93garbage")
+    assert res.returncode == 1 and "Traceback" not in res.stderr.decode()
+    # empty input: nothing out, no error (predict is a filter)
+    res = run(["--model", str(trained)], b"")
+    assert res.returncode == 0 and res.stdout == b""
+
+
+def test_show_model(trained):
+    from tpuperf_cli.commands.predict import cli
+
+    res = CliRunner().invoke(cli, ["-m", str(trained), "--show-model"])
+    assert res.exit_code == 0
+    assert '"task": "fusion"' in res.output and '"platform": "cpu"' in res.output
+
+
+def test_bundled_model_loads_and_predicts():
+    path = default_model_path()
+    assert os.path.exists(path), "tpuperf_cli/data/default.pt is missing"
+    assert os.path.getsize(path) < 5 * 1024 * 1024
+    m = load_model()
+    assert isinstance(m, Model) and m.task == "fusion"
+    assert m.target and m.target["platform"] == "cpu"
+    p = m.predict_examples([example(r) for r in synthetic_records(1, 3, seed=18)])
+    assert np.all(np.isfinite(p)) and np.all(p > 0)

@@ -1,0 +1,109 @@
+"""score: program sums of kernel predictions x counts."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+
+import msgpack
+import pytest
+from click.testing import CliRunner
+
+from tpuperf_cli.commands.score import cli
+from tpuperf_cli.errors import StreamError
+from tpuperf_cli.score import render_table, score_records
+from tpuperf_cli.stream import RecordWriter, new_record, read_records
+
+SCORE = os.path.join(os.path.dirname(sys.executable), "score")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def k(program, kernel, pred, count=1, runtime=None, **extra):
+    r = new_record("graph", program=program, kernel=kernel, count=count, pred_ns=pred, model="m-1",
+                   **extra)
+    if runtime is not None:
+        r["runtime_ns"] = runtime
+    return r
+
+
+def stream(records):
+    buf = io.BytesIO()
+    w = RecordWriter(buf)
+    for r in records:
+        w.write(r)
+    w.flush()
+    return buf.getvalue()
+
+
+def test_sums_with_counts_and_measured_error():
+    recs = [k("a", "f1", 100.0, count=3, runtime=110.0), k("b", "f1", 10.0, runtime=20.0),
+            k("a", "f2", 50.0, count=2, runtime=40.0)]
+    out = list(score_records(recs))
+    assert [p["program"] for p in out] == ["a", "b"]
+    a, b = out
+    assert a["type"] == "program" and a["v"] == 1
+    assert a["kernels"] == 2 and a["pred_ns"] == 100 * 3 + 50 * 2
+    assert a["runtime_ns"] == 110 * 3 + 40 * 2
+    assert a["ape"] == pytest.approx(100 * abs(400 - 410) / 410)
+    assert a["model"] == "m-1" and a["count_known"] is True
+    assert b["pred_ns"] == 10 and b["ape"] == pytest.approx(50.0)
+
+
+def test_partly_measured_and_unknown_counts():
+    recs = [k("a", "f1", 100.0, runtime=110.0), k("a", "f2", 5.0, count=1, count_known=False)]
+    (a,) = score_records(recs)
+    assert "runtime_ns" not in a and "ape" not in a and a["measured"] == 1
+    assert a["count_known"] is False
+    assert "+" in render_table([a])
+
+
+def test_missing_pred_and_empty_input_are_clear_errors():
+    with pytest.raises(StreamError, match="record 2 .*pred_ns is missing.*predict"):
+        list(score_records([k("a", "f", 1.0), new_record("graph", program="a", kernel="g")]))
+    with pytest.raises(StreamError, match="record 1.*count"):
+        list(score_records([k("a", "f", 1.0, count="x")]))
+    with pytest.raises(StreamError, match="no records"):
+        list(score_records([]))
+
+
+def test_formats():
+    data = stream([k("prog", "f1", 2e6, count=2, runtime=4.2e6), k("prog", "f2", 1e3)])
+    r = CliRunner().invoke(cli, ["--format", "json"], input=data)
+    assert r.exit_code == 0
+    (line,) = r.output.splitlines()
+    p = json.loads(line)
+    assert p["pred_ns"] == 4e6 + 1e3 and p["program"] == "prog"
+    r = CliRunner().invoke(cli, ["-f", "table"], input=data)
+    assert r.exit_code == 0
+    lines = r.output.splitlines()
+    assert lines[0].split() == ["program", "kernels", "predicted", "measured", "error"]
+    assert lines[1].split()[:4] == ["prog", "2", "4", "ms"]
+    r = CliRunner().invoke(cli, ["-f", "msgpack"], input=data)
+    (p,) = list(msgpack.Unpacker(io.BytesIO(r.stdout_bytes), raw=False))
+    assert p["type"] == "program" and p["kernels"] == 2
+
+
+def test_pipe_default_is_msgpack_and_errors_are_one_line(tmp_path):
+    data = stream([k("prog", "f1", 5.0)])
+    res = subprocess.run([SCORE], input=data,
+                         capture_output=True, cwd=ROOT)
+    assert res.returncode == 0
+    (p,) = list(read_records(io.BytesIO(res.stdout)))
+    assert p["pred_ns"] == 5.0
+    res = subprocess.run([SCORE],
+                         input=stream([new_record("kernel", program="p", kernel="f")]),
+                         capture_output=True, cwd=ROOT)
+    err = res.stderr.decode()
+    assert res.returncode == 1 and err.startswith("score: error:") and "Traceback" not in err
+    res = subprocess.run([SCORE], input=b"",
+                         capture_output=True, cwd=ROOT)
+    assert res.returncode == 1 and "no records" in res.stderr.decode()
+
+
+def test_score_does_not_import_torch():
+    code = ("import sys; from tpuperf_cli.commands.score import cli; import tpuperf_cli.score; "
+            "assert 'torch' not in sys.modules and 'dgl' not in sys.modules and "
+            "'numpy' not in sys.modules, sorted(m for m in ('torch', 'dgl', 'numpy') if m in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr.decode()
