@@ -44,7 +44,7 @@ HERE = Path(__file__).resolve().parent
 # ---------------------------------------------------------------------------
 # Fusion variants: XLA debug options passed per compile.  Each one was checked
 # to change the optimized HLO of the models below (see --check-variants).
-VARIANTS: dict[str, dict[str, str]] = {
+VARIANTS: dict[str, dict[str, object]] = {
     # XLA's default CPU pipeline.
     "base": {},
     # No instruction fusion at all: every elementwise op is its own kernel.
@@ -52,9 +52,12 @@ VARIANTS: dict[str, dict[str, str]] = {
     # No algebraic simplification: redundant reshapes/transposes/broadcasts
     # survive and are fused differently.
     "noalgsimp": {"xla_disable_hlo_passes": "algsimp"},
-    # No transpose folding into dots and no CSE: explicit transposes, and
-    # duplicated subexpressions fused separately.
-    "nofold": {"xla_disable_hlo_passes": "transpose-folding,cse"},
+    # No tree reduction rewriting: long reductions stay single reduce ops
+    # instead of a reduce-window followed by a short reduce.
+    "notree": {"xla_disable_hlo_passes": "tree_reduction_rewriter"},
+    # The legacy (non-thunk) XLA:CPU runtime, whose pipeline fuses
+    # differently (e.g. dots and scatters into loop fusions).
+    "legacy": {"xla_cpu_use_thunk_runtime": False},
 }
 
 
@@ -103,7 +106,37 @@ def train_step(loss_fn, lr=0.01):
         new = jax.tree_util.tree_map(lambda p, g: p - jnp.asarray(lr, p.dtype) * g, params, grads)
         return new, loss
 
+    step.loss_fn = loss_fn  # kept so that adam_step can reuse the loss
     return step
+
+
+def adam_step(loss_fn, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
+    """An Adam training step: (params, (m, v, count), *batch) -> updated."""
+    jax, jnp = _jax()
+    tm = jax.tree_util.tree_map
+
+    def step(params, opt, *batch):
+        m, v, count = opt
+        loss, g = jax.value_and_grad(loss_fn)(params, *batch)
+        count = count + 1
+        m = tm(lambda m, g: b1 * m + (1 - b1) * g.astype(jnp.float32), m, g)
+        v = tm(lambda v, g: b2 * v + (1 - b2) * jnp.square(g.astype(jnp.float32)), v, g)
+        c1 = 1 - b1 ** count.astype(jnp.float32)
+        c2 = 1 - b2 ** count.astype(jnp.float32)
+        new = tm(lambda p, m, v: (p - lr * (m / c1) / (jnp.sqrt(v / c2) + eps)).astype(p.dtype),
+                 params, m, v)
+        return new, (m, v, count), loss
+
+    return step
+
+
+def with_adam(fn, args):
+    """Turn a builder's SGD step and its args into an Adam step and args
+    (optimizer moments kept in f32)."""
+    jax, jnp = _jax()
+    params, batch = args[0], args[1:]
+    mom = jax.tree_util.tree_map(lambda p: sds(p.shape, jnp.float32), params)
+    return adam_step(fn.loss_fn), (params, (mom, mom, sds((), jnp.int32))) + tuple(batch)
 
 
 def xent(logits, labels):
@@ -219,26 +252,34 @@ def cnn(hw, chans, batch, dtype, mode, classes=10):
     return train_step(lambda p, x, y: xent(forward(p, x), y)), (params, x, y)
 
 
-def resnet(hw, ch, blocks, batch, dtype, mode, classes=10):
-    """Stem conv, residual blocks (conv-BN-relu-conv-BN + skip), a strided
-    downsampling block, global average pool, dense."""
+def resnet(hw, ch, blocks, batch, dtype, mode, classes=10, stages=3):
+    """ResNet for small images: stem conv, `stages` stages of `blocks`
+    residual blocks (conv-BN-relu-conv-BN + skip; the first block of each
+    later stage is strided with a 1x1 projection, channels double), global
+    average pool, dense.  Batch norm uses batch statistics (training)."""
     jax, jnp = _jax()
     d = dt(dtype)
 
     def bn(c):
         return {"g": sds((c,), d), "b": sds((c,), d)}
 
-    params = {"stem": sds((3, 3, 3, ch), d), "stem_bn": bn(ch), "blocks": []}
-    for _ in range(blocks):
-        params["blocks"].append({"w1": sds((3, 3, ch, ch), d), "bn1": bn(ch),
-                                 "w2": sds((3, 3, ch, ch), d), "bn2": bn(ch)})
-    params["down"] = {"w1": sds((3, 3, ch, 2 * ch), d), "bn1": bn(2 * ch),
-                      "w2": sds((3, 3, 2 * ch, 2 * ch), d), "bn2": bn(2 * ch),
-                      "proj": sds((1, 1, ch, 2 * ch), d)}
-    params["dense"] = {"w": sds((2 * ch, classes), d), "b": sds((classes,), d)}
+    params = {"stem": sds((3, 3, 3, ch), d), "stem_bn": bn(ch), "stages": []}
+    c_in = ch
+    for st in range(stages):
+        c = ch * 2 ** st
+        stage = []
+        for i in range(blocks):
+            blk = {"w1": sds((3, 3, c_in, c), d), "bn1": bn(c),
+                   "w2": sds((3, 3, c, c), d), "bn2": bn(c)}
+            if c_in != c:
+                blk["proj"] = sds((1, 1, c_in, c), d)
+            stage.append(blk)
+            c_in = c
+        params["stages"].append(stage)
+    params["dense"] = {"w": sds((c_in, classes), d), "b": sds((classes,), d)}
     axes = (0, 1, 2)
 
-    def block(p, x, stride=1):
+    def block(p, x, stride):
         h = jax.nn.relu(batchnorm(conv(x, p["w1"], stride), p["bn1"]["g"], p["bn1"]["b"], axes))
         h = batchnorm(conv(h, p["w2"]), p["bn2"]["g"], p["bn2"]["b"], axes)
         skip = conv(x, p["proj"], stride) if "proj" in p else x
@@ -246,9 +287,9 @@ def resnet(hw, ch, blocks, batch, dtype, mode, classes=10):
 
     def forward(p, x):
         x = jax.nn.relu(batchnorm(conv(x, p["stem"]), p["stem_bn"]["g"], p["stem_bn"]["b"], axes))
-        for b in p["blocks"]:
-            x = block(b, x)
-        x = block(p["down"], x, stride=2)
+        for st, stage in enumerate(p["stages"]):
+            for i, b in enumerate(stage):
+                x = block(b, x, 2 if (st > 0 and i == 0) else 1)
         x = jnp.mean(x, axis=(1, 2))
         return x @ p["dense"]["w"] + p["dense"]["b"]
 
@@ -508,15 +549,371 @@ def bnmlp(widths, batch, dtype, mode):
     return train_step(lambda p, x, y: xent(forward(p, x), y)), (params, x, y)
 
 
+def densenet(hw, growth, layers, blocks, batch, dtype, mode, classes=10):
+    """DenseNet: in each dense block every layer (BN-relu-conv3x3) sees the
+    concatenation of all earlier feature maps, so channel counts grow layer
+    by layer; transitions are BN-relu-conv1x1 (halving) + average pool."""
+    jax, jnp = _jax()
+    d = dt(dtype)
+    c = 2 * growth
+    params = {"stem": sds((3, 3, 3, c), d), "blocks": []}
+    for bi in range(blocks):
+        blk = {"layers": [], "trans": None}
+        for _ in range(layers):
+            blk["layers"].append({"g": sds((c,), d), "b": sds((c,), d),
+                                  "w": sds((3, 3, c, growth), d)})
+            c += growth
+        if bi < blocks - 1:
+            blk["trans"] = {"g": sds((c,), d), "b": sds((c,), d), "w": sds((1, 1, c, c // 2), d)}
+            c //= 2
+        params["blocks"].append(blk)
+    params["g"], params["b"] = sds((c,), d), sds((c,), d)
+    params["dense"] = {"w": sds((c, classes), d), "b": sds((classes,), d)}
+    axes = (0, 1, 2)
+
+    def forward(p, x):
+        x = conv(x, p["stem"])
+        for blk in p["blocks"]:
+            for l in blk["layers"]:
+                h = conv(jax.nn.relu(batchnorm(x, l["g"], l["b"], axes)), l["w"])
+                x = jnp.concatenate([x, h], axis=-1)
+            t = blk["trans"]
+            if t is not None:
+                x = avgpool(conv(jax.nn.relu(batchnorm(x, t["g"], t["b"], axes)), t["w"]))
+        x = jnp.mean(jax.nn.relu(batchnorm(x, p["g"], p["b"], axes)), axis=(1, 2))
+        return x @ p["dense"]["w"] + p["dense"]["b"]
+
+    x = sds((batch, hw, hw, 3), d)
+    if mode == "fwd":
+        return forward, (params, x)
+    y = sds((batch,), jnp.int32)
+    return train_step(lambda p, x, y: xent(forward(p, x), y)), (params, x, y)
+
+
+def unet(hw, ch, depth, batch, dtype, mode, classes=4):
+    """U-Net segmentation: conv-relu pairs at each level of an encoder
+    (max-pooled) and a decoder (transposed-conv upsampling, skip
+    concatenation), per-pixel softmax cross-entropy."""
+    jax, jnp = _jax()
+    d = dt(dtype)
+
+    def pair(a, b):
+        return {"w1": sds((3, 3, a, b), d), "b1": sds((b,), d),
+                "w2": sds((3, 3, b, b), d), "b2": sds((b,), d)}
+
+    params = {"down": [], "up": []}
+    c_in = 3
+    for l in range(depth):
+        params["down"].append(pair(c_in, ch * 2 ** l))
+        c_in = ch * 2 ** l
+    params["mid"] = pair(c_in, 2 * c_in)
+    c_in *= 2
+    for l in reversed(range(depth)):
+        c = ch * 2 ** l
+        params["up"].append({"t": sds((2, 2, c_in, c), d), "pair": pair(2 * c, c)})
+        c_in = c
+    params["head"] = sds((1, 1, c_in, classes), d)
+
+    def run_pair(p, x):
+        x = jax.nn.relu(conv(x, p["w1"]) + p["b1"])
+        return jax.nn.relu(conv(x, p["w2"]) + p["b2"])
+
+    def forward(p, x):
+        skips = []
+        for q in p["down"]:
+            x = run_pair(q, x)
+            skips.append(x)
+            x = maxpool(x)
+        x = run_pair(p["mid"], x)
+        for q, skip in zip(p["up"], reversed(skips)):
+            x = jax.lax.conv_transpose(x, q["t"], (2, 2), "SAME",
+                                       dimension_numbers=("NHWC", "HWIO", "NHWC"))
+            x = run_pair(q["pair"], jnp.concatenate([x, skip], axis=-1))
+        return conv(x, p["head"])
+
+    x = sds((batch, hw, hw, 3), d)
+    if mode == "fwd":
+        return (lambda p, x: jnp.argmax(forward(p, x), -1)), (params, x)
+
+    def loss(p, x, y):
+        lg = forward(p, x).reshape(-1, classes)
+        return xent(lg, y.reshape(-1))
+
+    return train_step(loss), (params, x, sds((batch, hw, hw), jnp.int32))
+
+
+def inception(hw, ch, modules, batch, dtype, mode, classes=10):
+    """GoogLeNet-style: modules with four parallel branches (1x1; 1x1-3x3;
+    1x1-5x5; 3x3 max pool-1x1) concatenated, strided reductions between
+    modules, global average pool."""
+    jax, jnp = _jax()
+    d = dt(dtype)
+    params = {"stem": sds((3, 3, 3, ch), d), "mods": []}
+    c = ch
+    for i in range(modules):
+        o = ch * (i + 2) // 2  # branch width grows
+        params["mods"].append({
+            "b1": sds((1, 1, c, o), d),
+            "b3r": sds((1, 1, c, o // 2), d), "b3": sds((3, 3, o // 2, o), d),
+            "b5r": sds((1, 1, c, o // 4), d), "b5": sds((5, 5, o // 4, o // 2), d),
+            "bp": sds((1, 1, c, o // 2), d),
+            "g": sds((3 * o,), d), "b": sds((3 * o,), d)})
+        c = o + o + o // 2 + o // 2
+    params["dense"] = {"w": sds((c, classes), d), "b": sds((classes,), d)}
+
+    def pool3(x):
+        return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 3, 3, 1), (1, 1, 1, 1), "SAME")
+
+    def forward(p, x):
+        x = jax.nn.relu(conv(x, p["stem"]))
+        for i, m in enumerate(p["mods"]):
+            r = jax.nn.relu
+            y = jnp.concatenate([
+                r(conv(x, m["b1"])),
+                r(conv(r(conv(x, m["b3r"])), m["b3"])),
+                r(conv(r(conv(x, m["b5r"])), m["b5"])),
+                r(conv(pool3(x), m["bp"]))], axis=-1)
+            x = maxpool(y) if i % 2 == 1 else y
+        x = jnp.mean(x, axis=(1, 2))
+        return x @ p["dense"]["w"] + p["dense"]["b"]
+
+    x = sds((batch, hw, hw, 3), d)
+    if mode == "fwd":
+        return forward, (params, x)
+    y = sds((batch,), jnp.int32)
+    return train_step(lambda p, x, y: xent(forward(p, x), y)), (params, x, y)
+
+
+def gnn(nodes, edges, widths, dtype, mode, classes=8):
+    """GraphSAGE-style message passing on an edge list: gather neighbour
+    states (gather), mean-aggregate them per receiving node (segment sum =
+    scatter-add), combine with the node's own state; node classification."""
+    jax, jnp = _jax()
+    d = dt(dtype)
+    params = [{"self": sds((a, b), d), "nbr": sds((a, b), d), "b": sds((b,), d)}
+              for a, b in zip(widths[:-1], widths[1:])]
+    params.append({"out": sds((widths[-1], classes), d)})
+
+    def forward(p, h, senders, receivers):
+        deg = jax.ops.segment_sum(jnp.ones((edges,), d), receivers, num_segments=nodes)
+        inv = (1.0 / jnp.maximum(deg, 1.0))[:, None]
+        for l in p[:-1]:
+            msg = jax.ops.segment_sum(h[senders], receivers, num_segments=nodes) * inv
+            h = jax.nn.relu(h @ l["self"] + msg @ l["nbr"] + l["b"])
+            h = h / (jnp.linalg.norm(h, axis=-1, keepdims=True) + 1e-6)
+        return h @ p[-1]["out"]
+
+    args = (params, sds((nodes, widths[0]), d), sds((edges,), jnp.int32), sds((edges,), jnp.int32))
+    if mode == "fwd":
+        return forward, args
+    y = sds((nodes,), jnp.int32)
+    return train_step(lambda p, h, s, r, y: xent(forward(p, h, s, r), y)), args + (y,)
+
+
+def seq2seq(src, tgt, vocab, emb, hid, batch, dtype, mode):
+    """GRU encoder and attention GRU decoder (teacher forcing), both with
+    lax.scan; the decoder attends over all encoder states at each step."""
+    jax, jnp = _jax()
+    d = dt(dtype)
+
+    def gru(din):
+        return {"wx": sds((din, 3 * hid), d), "wh": sds((hid, 3 * hid), d), "b": sds((3 * hid,), d)}
+
+    params = {"emb_s": sds((vocab, emb), d), "emb_t": sds((vocab, emb), d),
+              "enc": gru(emb), "dec": gru(emb + hid), "wa": sds((hid, hid), d),
+              "out": sds((2 * hid, vocab), d)}
+
+    def cell(p, h, x):
+        rx, ux, nx = jnp.split(x @ p["wx"] + p["b"], 3, axis=-1)
+        rh, uh, nh = jnp.split(h @ p["wh"], 3, axis=-1)
+        r, u = jax.nn.sigmoid(rx + rh), jax.nn.sigmoid(ux + uh)
+        return (1 - u) * jnp.tanh(nx + r * nh) + u * h
+
+    def forward(p, s_tok, t_tok):
+        es = jnp.take(p["emb_s"], s_tok, axis=0).transpose(1, 0, 2)  # [src, b, emb]
+        h0 = jnp.zeros((batch, hid), d)
+
+        def enc_step(h, x):
+            h = cell(p["enc"], h, x)
+            return h, h
+
+        h, enc = jax.lax.scan(enc_step, h0, es)  # enc: [src, b, hid]
+        keys = enc @ p["wa"]
+        et = jnp.take(p["emb_t"], t_tok, axis=0).transpose(1, 0, 2)
+        ctx0 = jnp.zeros((batch, hid), d)
+
+        def dec_step(carry, x):
+            h, ctx = carry
+            h = cell(p["dec"], h, jnp.concatenate([x, ctx], -1))
+            s = jnp.einsum("sbh,bh->bs", keys, h)
+            a = jax.nn.softmax(s.astype(jnp.float32), -1).astype(d)
+            ctx = jnp.einsum("bs,sbh->bh", a, enc)
+            return (h, ctx), jnp.concatenate([h, ctx], -1)
+
+        _, outs = jax.lax.scan(dec_step, (h, ctx0), et)  # [tgt, b, 2*hid]
+        return outs @ p["out"]
+
+    args = (params, sds((batch, src), jnp.int32), sds((batch, tgt), jnp.int32))
+    if mode == "fwd":
+        return forward, args
+
+    def loss(p, s, t, y):
+        lg = forward(p, s, t).reshape(-1, vocab)
+        return xent(lg, y.T.reshape(-1))
+
+    return train_step(loss), args + (sds((batch, tgt), jnp.int32),)
+
+
+def vit(hw, patch, dm, heads, layers, batch, dtype, mode, classes=10):
+    """Vision Transformer: patch embedding (strided conv), class token and
+    position embeddings, pre-LN encoder blocks, classifier on the class
+    token."""
+    jax, jnp = _jax()
+    d = dt(dtype)
+    n = (hw // patch) ** 2 + 1
+    _, (tparams, _x) = transformer(n, dm, heads, layers, batch, dtype, "fwd")
+    params = {"enc": tparams, "patch": sds((patch, patch, 3, dm), d), "cls": sds((dm,), d),
+              "pos": sds((n, dm), d), "head": sds((dm, classes), d)}
+    enc_fn, _ = transformer(n, dm, heads, layers, batch, dtype, "fwd")
+
+    def forward(p, img):
+        x = conv(img, p["patch"], patch, padding="VALID").reshape(batch, n - 1, dm)
+        x = jnp.concatenate([jnp.broadcast_to(p["cls"], (batch, 1, dm)), x], axis=1) + p["pos"]
+        return enc_fn(p["enc"], x)[:, 0] @ p["head"]
+
+    x = sds((batch, hw, hw, 3), d)
+    if mode == "fwd":
+        return forward, (params, x)
+    y = sds((batch,), jnp.int32)
+    return train_step(lambda p, x, y: xent(forward(p, x), y)), (params, x, y)
+
+
+def wavenet(seq, ch, dilations, batch, dtype, mode, classes=64):
+    """WaveNet: a stack of dilated causal 1-D convolutions (one dilation per
+    layer) with gated tanh*sigmoid units, residual and skip connections,
+    per-step softmax over quantised sample values."""
+    jax, jnp = _jax()
+    d = dt(dtype)
+    params = {"inp": sds((1, classes, ch), d), "layers": [],
+              "o1": sds((1, ch, ch), d), "o2": sds((1, ch, classes), d)}
+    for _ in dilations:
+        params["layers"].append({"f": sds((2, ch, ch), d), "g": sds((2, ch, ch), d),
+                                 "res": sds((1, ch, ch), d), "skip": sds((1, ch, ch), d)})
+
+    def conv1d(x, w, dil=1):
+        k = w.shape[0]
+        x = jnp.pad(x, ((0, 0), ((k - 1) * dil, 0), (0, 0)))  # causal
+        return jax.lax.conv_general_dilated(x, w, (1,), "VALID", rhs_dilation=(dil,),
+                                            dimension_numbers=("NWC", "WIO", "NWC"))
+
+    def forward(p, x):
+        x = conv1d(jax.nn.one_hot(x, classes, dtype=d), p["inp"])
+        skip = 0
+        for l, dil in zip(p["layers"], dilations):
+            h = jnp.tanh(conv1d(x, l["f"], dil)) * jax.nn.sigmoid(conv1d(x, l["g"], dil))
+            x = x + conv1d(h, l["res"])
+            skip = skip + conv1d(h, l["skip"])
+        return conv1d(jax.nn.relu(conv1d(jax.nn.relu(skip), p["o1"])), p["o2"])
+
+    x = sds((batch, seq), jnp.int32)
+    if mode == "fwd":
+        return forward, (params, x)
+
+    def loss(p, x, y):
+        return xent(forward(p, x).reshape(-1, classes), y.reshape(-1))
+
+    return train_step(loss), (params, x, sds((batch, seq), jnp.int32))
+
+
+def mbconv(hw, stages, batch, dtype, mode, classes=10):
+    """EfficientNet-style: MBConv blocks (1x1 expansion, depthwise kxk,
+    squeeze-and-excitation, 1x1 projection, swish, batch norm) whose kernel
+    size, expansion and width change from stage to stage."""
+    jax, jnp = _jax()
+    d = dt(dtype)
+    c0 = stages[0][2]
+    params = {"stem": sds((3, 3, 3, c0), d), "blocks": []}
+    c = c0
+    for k, e, out, stride in stages:
+        m = c * e
+        params["blocks"].append({
+            "exp": sds((1, 1, c, m), d), "g1": sds((m,), d), "b1": sds((m,), d),
+            "dw": sds((k, k, 1, m), d), "g2": sds((m,), d), "b2": sds((m,), d),
+            "se1": sds((m, max(4, c // 4)), d), "se2": sds((max(4, c // 4), m), d),
+            "proj": sds((1, 1, m, out), d), "g3": sds((out,), d), "b3": sds((out,), d)})
+        c = out
+    params["dense"] = {"w": sds((c, classes), d), "b": sds((classes,), d)}
+    axes = (0, 1, 2)
+    sw = jax.nn.swish
+
+    def forward(p, x):
+        x = sw(conv(x, p["stem"], 2))
+        for blk, (k, e, out, stride) in zip(p["blocks"], stages):
+            h = sw(batchnorm(conv(x, blk["exp"]), blk["g1"], blk["b1"], axes))
+            h = sw(batchnorm(conv(h, blk["dw"], stride, groups=h.shape[-1]),
+                             blk["g2"], blk["b2"], axes))
+            se = jax.nn.sigmoid(sw(jnp.mean(h, axis=(1, 2)) @ blk["se1"]) @ blk["se2"])
+            h = h * se[:, None, None, :]
+            h = batchnorm(conv(h, blk["proj"]), blk["g3"], blk["b3"], axes)
+            x = x + h if (stride == 1 and h.shape == x.shape) else h
+        x = jnp.mean(x, axis=(1, 2))
+        return x @ p["dense"]["w"] + p["dense"]["b"]
+
+    x = sds((batch, hw, hw, 3), d)
+    if mode == "fwd":
+        return forward, (params, x)
+    y = sds((batch,), jnp.int32)
+    return train_step(lambda p, x, y: xent(forward(p, x), y)), (params, x, y)
+
+
+def convnext(hw, dims, batch, dtype, mode, classes=10):
+    """ConvNeXt-style: patchify stem, per stage a block of depthwise 7x7 conv,
+    layer norm, inverted-bottleneck MLP (gelu) and residual, downsampling by
+    layer norm + strided 2x2 conv between stages."""
+    jax, jnp = _jax()
+    d = dt(dtype)
+    params = {"stem": sds((4, 4, 3, dims[0]), d), "stages": []}
+    prev = dims[0]
+    for c in dims:
+        params["stages"].append({
+            "down": None if c == prev and not params["stages"] == [] else
+            {"g": sds((prev,), d), "b": sds((prev,), d), "w": sds((2, 2, prev, c), d)},
+            "dw": sds((7, 7, 1, c), d), "g": sds((c,), d), "b": sds((c,), d),
+            "w1": sds((c, 4 * c), d), "w2": sds((4 * c, c), d), "scale": sds((c,), d)})
+        prev = c
+    params["stages"][0]["down"] = None
+    params["g"], params["b"] = sds((prev,), d), sds((prev,), d)
+    params["head"] = sds((prev, classes), d)
+
+    def forward(p, x):
+        x = conv(x, p["stem"], 4, padding="VALID")
+        for st in p["stages"]:
+            if st["down"] is not None:
+                x = conv(layernorm(x, st["down"]["g"], st["down"]["b"]), st["down"]["w"], 2,
+                         padding="VALID")
+            h = conv(x, st["dw"], groups=x.shape[-1])
+            h = layernorm(h, st["g"], st["b"])
+            h = jax.nn.gelu(h @ st["w1"]) @ st["w2"]
+            x = x + h * st["scale"]
+        x = layernorm(jnp.mean(x, axis=(1, 2)), p["g"], p["b"])
+        return x @ p["head"]
+
+    x = sds((batch, hw, hw, 3), d)
+    if mode == "fwd":
+        return forward, (params, x)
+    y = sds((batch,), jnp.int32)
+    return train_step(lambda p, x, y: xent(forward(p, x), y)), (params, x, y)
+
+
 # ---------------------------------------------------------------------------
 # The program list.
 
 # family -> size label -> (builder(batch, dtype, mode), default batch)
 FAMILIES = {
     "mlp": {
-        "s": (lambda b, t, m: mlp([256, 512, 512, 10], b, t, m), 64),
-        "m": (lambda b, t, m: mlp([784, 1024, 1024, 512, 10], b, t, m), 128),
-        "l": (lambda b, t, m: mlp([1024, 2048, 2048, 2048, 1000], b, t, m), 256),
+        "s": (lambda b, t, m: mlp([256, 512, 384, 10], b, t, m), 64),
+        "m": (lambda b, t, m: mlp([784, 1024, 768, 512, 256, 10], b, t, m), 128),
+        "l": (lambda b, t, m: mlp([1024, 2048, 1536, 1024, 768, 512, 1000], b, t, m), 256),
     },
     "autoenc": {
         "s": (lambda b, t, m: autoencoder([784, 256, 64], b, t, m), 64),
@@ -525,10 +922,12 @@ FAMILIES = {
     "cnn": {
         "s": (lambda b, t, m: cnn(32, [16, 32], b, t, m), 16),
         "m": (lambda b, t, m: cnn(32, [32, 64, 128], b, t, m), 32),
+        "l": (lambda b, t, m: cnn(64, [16, 32, 64, 128], b, t, m), 16),
     },
     "resnet": {
         "s": (lambda b, t, m: resnet(16, 16, 1, b, t, m), 16),
-        "m": (lambda b, t, m: resnet(32, 32, 2, b, t, m), 16),
+        "m": (lambda b, t, m: resnet(32, 16, 2, b, t, m), 16),
+        "l": (lambda b, t, m: resnet(32, 32, 2, b, t, m), 16),
     },
     "sepconv": {
         "s": (lambda b, t, m: sepconv(32, [16, 32, 64], b, t, m), 16),
@@ -566,6 +965,45 @@ FAMILIES = {
         "s": (lambda b, t, m: bnmlp([256, 512, 512, 512, 10], b, t, m), 64),
         "m": (lambda b, t, m: bnmlp([784, 1024, 1024, 1024, 1024, 100], b, t, m), 128),
     },
+    "densenet": {
+        "s": (lambda b, t, m: densenet(16, 8, 4, 2, b, t, m), 16),
+        "m": (lambda b, t, m: densenet(32, 12, 4, 3, b, t, m), 16),
+    },
+    "unet": {
+        "s": (lambda b, t, m: unet(32, 8, 2, b, t, m), 8),
+        "m": (lambda b, t, m: unet(64, 8, 3, b, t, m), 4),
+    },
+    "inception": {
+        "s": (lambda b, t, m: inception(16, 16, 2, b, t, m), 16),
+        "m": (lambda b, t, m: inception(32, 16, 4, b, t, m), 16),
+    },
+    "gnn": {
+        "s": (lambda b, t, m: gnn(b, 8 * b, [32, 64, 64], t, m), 1024),
+        "m": (lambda b, t, m: gnn(b, 8 * b, [64, 128, 96, 64], t, m), 4096),
+    },
+    "seq2seq": {
+        "s": (lambda b, t, m: seq2seq(16, 12, 1000, 64, 128, b, t, m), 16),
+        "m": (lambda b, t, m: seq2seq(32, 24, 4000, 96, 192, b, t, m), 16),
+    },
+    "vit": {
+        "s": (lambda b, t, m: vit(32, 8, 128, 4, 2, b, t, m), 16),
+        "m": (lambda b, t, m: vit(32, 4, 192, 6, 2, b, t, m), 8),
+    },
+    "wavenet": {
+        "s": (lambda b, t, m: wavenet(256, 32, [1, 2, 4, 8, 16], b, t, m), 8),
+        "m": (lambda b, t, m: wavenet(512, 48, [1, 2, 4, 8, 16, 32, 64, 128], b, t, m), 8),
+    },
+    "mbconv": {
+        "s": (lambda b, t, m: mbconv(32, [(3, 1, 16, 1), (3, 4, 24, 2), (5, 4, 40, 2),
+                                          (3, 4, 80, 1)], b, t, m), 16),
+        "m": (lambda b, t, m: mbconv(64, [(3, 1, 16, 1), (3, 6, 24, 2), (5, 6, 40, 2),
+                                          (3, 4, 64, 2), (5, 4, 80, 1), (5, 3, 112, 2)],
+                                     b, t, m), 8),
+    },
+    "convnext": {
+        "s": (lambda b, t, m: convnext(32, [32, 64, 128], b, t, m), 16),
+        "m": (lambda b, t, m: convnext(64, [32, 64, 128, 256], b, t, m), 8),
+    },
 }
 
 
@@ -573,7 +1011,8 @@ def make_spec(family, size, mode="train", batch=None, dtype="f32", variant="base
     builder, default_batch = FAMILIES[family][size]
     b = default_batch if batch is None else batch
     parts = [family, size, mode]
-    if batch is not None and batch != default_batch:
+    if batch is not None:
+        assert batch != default_batch, (family, size, batch)
         parts.append(f"b{b}")
     if dtype != "f32":
         parts.append(dtype)
@@ -581,15 +1020,56 @@ def make_spec(family, size, mode="train", batch=None, dtype="f32", variant="base
         parts.append(variant)
     return Spec(name="_".join(parts), family=family, size=size, batch=b, dtype=dtype,
                 variant=variant, mode=mode,
-                build=lambda: builder(b, dtype, mode))
+                build=(lambda: with_adam(*builder(b, dtype, "train"))) if mode == "adam"
+                else (lambda: builder(b, dtype, mode)))
+
+
+# Extra programs beyond the plain ones: (family, size, mode, batch, dtype, variant).
+EXTRA = [
+    # other fusion decisions of the same programs (see VARIANTS)
+    ("mlp", "m", "train", None, "f32", "nofuse"),
+    ("resnet", "s", "train", None, "f32", "nofuse"),
+    ("transformer", "s", "train", None, "f32", "nofuse"),
+    ("embedattn", "s", "train", None, "f32", "nofuse"),
+    ("densenet", "s", "train", None, "f32", "nofuse"),
+    ("inception", "s", "train", None, "f32", "nofuse"),
+    ("unet", "s", "train", None, "f32", "nofuse"),
+    ("transformer", "m", "train", None, "f32", "noalgsimp"),
+    ("densenet", "s", "train", None, "f32", "noalgsimp"),
+    ("vit", "s", "train", None, "f32", "noalgsimp"),
+    ("transformer", "s", "train", None, "f32", "notree"),
+    ("normheavy", "m", "train", None, "f32", "notree"),
+    ("cnn", "m", "train", None, "f32", "legacy"),
+    ("transformer", "s", "train", None, "f32", "legacy"),
+    # bf16 training steps
+    ("resnet", "s", "train", None, "bf16", "base"),
+    ("gpt", "s", "train", None, "bf16", "base"),
+    ("densenet", "s", "train", None, "bf16", "base"),
+    ("inception", "s", "train", None, "bf16", "base"),
+    ("unet", "s", "train", None, "bf16", "base"),
+    ("vit", "s", "train", None, "bf16", "base"),
+    ("mbconv", "s", "train", None, "bf16", "base"),
+    # inference programs
+    ("densenet", "m", "fwd", None, "f32", "base"),
+    ("convnext", "m", "fwd", None, "f32", "base"),
+    ("seq2seq", "s", "fwd", None, "f32", "base"),
+    # Adam instead of SGD (optimizer state in f32)
+    ("inception", "s", "adam", None, "f32", "base"),
+    ("mbconv", "s", "adam", None, "f32", "base"),
+    # other batch sizes
+    ("transformer", "s", "train", 16, "f32", "base"),
+    ("densenet", "s", "train", 32, "f32", "base"),
+    ("inception", "s", "train", 32, "f32", "base"),
+    ("mbconv", "s", "train", 32, "f32", "base"),
+]
 
 
 def all_specs():
-    specs = []
-    # Plain programs: every family and size, training step.
-    for fam, sizes in FAMILIES.items():
-        for size in sizes:
-            specs.append(make_spec(fam, size))
+    # Plain programs: every family and size, one training step each.
+    specs = [make_spec(fam, size) for fam, sizes in FAMILIES.items() for size in sizes]
+    specs += [make_spec(f, s, mode=m, batch=b, dtype=t, variant=v) for f, s, m, b, t, v in EXTRA]
+    names = [s.name for s in specs]
+    assert len(names) == len(set(names)), "duplicate program names"
     return specs
 
 
@@ -664,6 +1144,17 @@ def count_kernels(text):
     return kernels, bodies
 
 
+def max_elements(text):
+    """Elements of the largest array shape anywhere in the module."""
+    best = 0
+    for dims in re.findall(r"\b[a-z]+[0-9]*\[([0-9,]+)\]", text):
+        n = 1
+        for x in dims.split(","):
+            n *= int(x)
+        best = max(best, n)
+    return best
+
+
 def compile_text(spec):
     import jax
 
@@ -683,13 +1174,15 @@ def setup_jax():
     return jax
 
 
-# The "manual" split holds out whole model families, chosen so that each held
-# out family has a relative in training but is least like it: GRU (train has
-# the LSTM), depthwise-separable convs (train has dense convs), a causal
-# language model with embeddings (train has the encoder), and for validation
-# the autoencoder and the mixture of experts (sort/scatter routing).
-MANUAL_TEST_FAMILIES = ("gru", "sepconv", "gpt")
-MANUAL_VALID_FAMILIES = ("autoenc", "moe")
+# The "manual" split holds out whole model families, chosen to be least like
+# what training sees: test gets a causal language model with embeddings and a
+# tied output projection (training has encoders only), the GRU (training has
+# the LSTM), WaveNet's dilated causal 1-D convolutions (nothing like them in
+# training) and MobileNet-style separable convs; validation gets the
+# autoencoder, the mixture of experts (sort/scatter routing) and the graph
+# network (gather + segment sums).
+MANUAL_TEST_FAMILIES = ("gpt", "gru", "wavenet", "sepconv")
+MANUAL_VALID_FAMILIES = ("autoenc", "moe", "gnn")
 SPLIT_SEED = 0
 
 
@@ -754,9 +1247,15 @@ def main(argv=None):
     else:
         manifest_path = out / "programs.json"
     manifest = {}
-    if manifest_path.exists():
+    if a.only and manifest_path.exists():
         manifest = {p["name"]: p for p in json.loads(manifest_path.read_text())["programs"]}
 
+    if not a.only:  # a full build: drop programs no longer in the list
+        keep = {s.name for s in specs}
+        for f in sorted(out.glob("*.hlo")):
+            if f.stem not in keep:
+                print(f"removing stale {f}", file=sys.stderr)
+                f.unlink()
     setup_jax()
     all_bodies = set()
     t_all = time.time()
@@ -772,6 +1271,7 @@ def main(argv=None):
             "xla_options": VARIANTS[s.variant], "file": f"hlo/{s.name}.hlo",
             "kernels_hint": n, "distinct_hint": len(bodies),
             "while_loops": text.count(" while("), "bytes": len(text),
+            "max_elements": max_elements(text),
         }
         print(f"[{i + 1}/{len(specs)}] {s.name}: {n} kernels ({len(bodies)} distinct), "
               f"{len(text) // 1024} KiB, {time.time() - t0:.1f}s", file=sys.stderr)

@@ -1,0 +1,169 @@
+"""The committed example programs: manifest, HLO files and splits agree."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+EX = Path(__file__).resolve().parent.parent / "examples"
+NAME_RE = re.compile(r"^[a-z0-9]+(_[a-z0-9]+)+$")
+
+
+def _manifest():
+    return json.loads((EX / "programs.json").read_text())["programs"]
+
+
+def _split(kind):
+    return json.loads((EX / "splits" / f"{kind}.json").read_text())
+
+
+def test_manifest_matches_files():
+    progs = _manifest()
+    names = [p["name"] for p in progs]
+    assert len(names) == len(set(names)), "duplicate program names in programs.json"
+    files = {p.stem for p in (EX / "hlo").glob("*.hlo")}
+    assert set(names) == files, (f"in manifest only: {sorted(set(names) - files)}; "
+                                 f"files only: {sorted(files - set(names))}")
+    for p in progs:
+        assert NAME_RE.match(p["name"]), p["name"]
+        assert p["name"].startswith(f"{p['family']}_{p['size']}_"), p["name"]
+        assert p["file"] == f"hlo/{p['name']}.hlo"
+        assert p["dtype"] in ("f32", "bf16")
+        assert p["batch"] > 0
+        for key in ("family", "size", "mode", "variant", "kernels_hint"):
+            assert key in p, (p["name"], key)
+
+
+def test_corpus_size():
+    progs = _manifest()
+    assert len(progs) >= 30
+    assert sum(p["kernels_hint"] for p in progs) >= 5000
+    plain = [p for p in progs if p["variant"] == "base"]
+    assert len(plain) >= 8
+    assert sum(p["kernels_hint"] for p in plain) >= 1000
+    families = {p["family"] for p in progs}
+    for fam in ("mlp", "cnn", "resnet", "transformer", "lstm", "embedattn"):
+        assert fam in families, fam
+        assert len({p["size"] for p in progs if p["family"] == fam}) >= 2, fam
+
+
+def test_files_are_optimized_hlo():
+    for f in sorted((EX / "hlo").glob("*.hlo")):
+        head = f.read_text()[:4000]
+        assert head.startswith("HloModule "), f
+        assert "is_scheduled=true" in head.splitlines()[0], f"{f}: not post-optimization HLO"
+        assert "ENTRY " in f.read_text(), f
+
+
+def test_scan_loops_have_known_trip_counts():
+    rnn = [p for p in _manifest() if p["family"] in ("lstm", "gru")]
+    assert rnn
+    for p in rnn:
+        text = (EX / p["file"]).read_text()
+        whiles = [l for l in text.splitlines() if " while(" in l]
+        assert whiles, p["name"]
+        for w in whiles:
+            assert re.search(r'"known_trip_count":\{"n":"\d+"\}', w), (p["name"], w[:200])
+
+
+@pytest.mark.parametrize("kind", ["random", "manual"])
+def test_splits_partition_programs(kind):
+    split = _split(kind)
+    assert set(split) == {"train", "valid", "test"}
+    names = {p["name"] for p in _manifest()}
+    seen = []
+    for part in ("train", "valid", "test"):
+        assert split[part], f"{kind}: empty {part}"
+        seen += split[part]
+    assert len(seen) == len(set(seen)), f"{kind}: a program is in two parts"
+    assert set(seen) == names, f"{kind}: split does not cover every program exactly once"
+
+
+def test_manual_split_holds_out_whole_families():
+    fam = {p["name"]: p["family"] for p in _manifest()}
+    split = _split("manual")
+    parts = {part: {fam[n] for n in names} for part, names in split.items()}
+    assert not parts["train"] & parts["test"]
+    assert not parts["train"] & parts["valid"]
+    assert not parts["valid"] & parts["test"]
+
+
+def test_random_split_proportions():
+    split = _split("random")
+    n = sum(len(v) for v in split.values())
+    assert len(split["train"]) >= 0.7 * n
+    assert 1 <= len(split["test"]) <= 0.2 * n + 1
+
+
+def _generator():
+    """examples/make_programs.py as a module (it imports jax only when
+    compiling, so this is cheap)."""
+    import importlib.util
+    import sys
+
+    if "make_programs" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("make_programs", EX / "make_programs.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["make_programs"] = mod  # dataclasses look the module up
+        spec.loader.exec_module(mod)
+    return sys.modules["make_programs"]
+
+
+def test_manifest_lists_what_the_script_builds():
+    gen = _generator()
+    built = {s.name: s for s in gen.all_specs()}
+    progs = {p["name"]: p for p in _manifest()}
+    assert set(built) == set(progs)
+    for name, p in progs.items():
+        s = built[name]
+        assert (s.family, s.size, s.mode, s.batch, s.dtype, s.variant) == (
+            p["family"], p["size"], p["mode"], p["batch"], p["dtype"], p["variant"]), name
+        assert p["xla_options"] == gen.VARIANTS[s.variant]
+
+
+def test_programs_stay_small():
+    total = sum(f.stat().st_size for f in (EX / "hlo").glob("*.hlo"))
+    assert total < 25 * 2**20, f"examples/hlo is {total / 2**20:.1f} MiB"
+    for p in _manifest():
+        assert p["max_elements"] <= 4_200_000, (p["name"], p["max_elements"])
+
+
+def test_kernel_counter_on_a_tiny_module():
+    gen = _generator()
+    text = """HloModule m, is_scheduled=true
+
+%fused (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %t = f32[4]{0} tanh(%p)
+}
+
+%body (s: (s32[], f32[4])) -> (s32[], f32[4]) {
+  %s = (s32[], f32[4]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %x = f32[4]{0} get-tuple-element(%s), index=1
+  %f = f32[4]{0} fusion(%x), kind=kLoop, calls=%fused
+  ROOT %r = (s32[], f32[4]{0}) tuple(%i, %f)
+}
+
+%cond (s: (s32[], f32[4])) -> pred[] {
+  %s = (s32[], f32[4]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %n = s32[] constant(3)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+ENTRY %main (a: f32[4]) -> f32[4] {
+  %a = f32[4]{0} parameter(0)
+  %e = f32[4]{0} exponential(%a)
+  %f = f32[4]{0} fusion(%e), kind=kLoop, calls=%fused
+  %z = s32[] constant(0)
+  %t = (s32[], f32[4]{0}) tuple(%z, %f)
+  %w = (s32[], f32[4]{0}) while(%t), condition=%cond, body=%body
+  ROOT %o = f32[4]{0} get-tuple-element(%w), index=1
+}
+"""
+    n, bodies = gen.count_kernels(text)
+    # exponential + fusion in ENTRY, fusion in the body, compare in the condition
+    assert n == 4
+    assert len(bodies) == 3  # the two tanh fusions are the same kernel
