@@ -913,7 +913,7 @@ FAMILIES = {
     "mlp": {
         "s": (lambda b, t, m: mlp([256, 512, 384, 10], b, t, m), 64),
         "m": (lambda b, t, m: mlp([784, 1024, 768, 512, 256, 10], b, t, m), 128),
-        "l": (lambda b, t, m: mlp([1024, 2048, 1536, 1024, 768, 512, 1000], b, t, m), 256),
+        "l": (lambda b, t, m: mlp([1024, 1536, 1280, 1024, 768, 512, 1000], b, t, m), 128),
     },
     "autoenc": {
         "s": (lambda b, t, m: autoencoder([784, 256, 64], b, t, m), 64),
@@ -931,7 +931,7 @@ FAMILIES = {
     },
     "sepconv": {
         "s": (lambda b, t, m: sepconv(32, [16, 32, 64], b, t, m), 16),
-        "m": (lambda b, t, m: sepconv(64, [32, 64, 128, 128], b, t, m), 16),
+        "m": (lambda b, t, m: sepconv(64, [32, 64, 96, 96], b, t, m), 16),
     },
     "transformer": {
         "s": (lambda b, t, m: transformer(64, 128, 4, 1, b, t, m), 8),
@@ -939,7 +939,7 @@ FAMILIES = {
     },
     "gpt": {
         "s": (lambda b, t, m: transformer(64, 128, 4, 2, b, t, m, causal=True, vocab=2048), 8),
-        "m": (lambda b, t, m: transformer(128, 192, 6, 2, b, t, m, causal=True, vocab=4096), 4),
+        "m": (lambda b, t, m: transformer(128, 192, 6, 2, b, t, m, causal=True, vocab=2048), 4),
     },
     "lstm": {
         "s": (lambda b, t, m: rnn("lstm", 32, 64, 128, b, t, m), 16),
@@ -983,7 +983,7 @@ FAMILIES = {
     },
     "seq2seq": {
         "s": (lambda b, t, m: seq2seq(16, 12, 1000, 64, 128, b, t, m), 16),
-        "m": (lambda b, t, m: seq2seq(32, 24, 4000, 96, 192, b, t, m), 16),
+        "m": (lambda b, t, m: seq2seq(32, 24, 2000, 96, 192, b, t, m), 16),
     },
     "vit": {
         "s": (lambda b, t, m: vit(32, 8, 128, 4, 2, b, t, m), 16),
