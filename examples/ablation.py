@@ -82,11 +82,16 @@ def run(cmd, logfile=None):
     return p
 
 
-def shards(corpus, names):
-    out = [corpus / f"{n}.zst" for n in names]
-    missing = [str(p) for p in out if not p.exists()]
-    if missing:
-        raise SystemExit(f"ablation: missing shards: {', '.join(missing)}")
+def shards(corpus, names, missing):
+    """Shards of the named programs that exist; the names of those that do
+    not are appended to missing (programs of the split not measured yet)."""
+    out = []
+    for n in names:
+        p = corpus / f"{n}.zst"
+        if p.exists():
+            out.append(p)
+        else:
+            missing.append(n)
     return out
 
 
@@ -106,12 +111,20 @@ def main(argv=None):
     ap.add_argument("--work", type=Path, default=None, help="where models go (default: temp)")
     ap.add_argument("--out", type=Path, default=HERE / "ablation.md")
     ap.add_argument("--train-args", default="", help="extra options for `tpuperf train`")
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep models already in --work (finished ones) instead of retraining")
     args = ap.parse_args(argv)
 
     split = json.loads(args.split.read_text())
-    train = shards(args.corpus, split["train"])
-    shards(args.corpus, split.get("valid", []))
-    test = shards(args.corpus, split["test"])
+    missing = []
+    train = shards(args.corpus, split["train"], missing)
+    valid = shards(args.corpus, split.get("valid", []), missing)
+    test = shards(args.corpus, split["test"], missing)
+    if missing:
+        log(f"{len(missing)} programs of {args.split} have no shard in {args.corpus} and are "
+            f"left out: {', '.join(missing)}")
+    if not train or not test:
+        raise SystemExit("ablation: no training or no test programs with shards")
     variants = {k: v for k, v in VARIANTS.items() if not args.only or k in args.only.split(",")}
     if not variants:
         raise SystemExit(f"ablation: --only names none of {', '.join(VARIANTS)}")
@@ -123,47 +136,87 @@ def main(argv=None):
     baseline = work / "baseline.json"
     run([tool("tpuperf"), "baseline", "fit", "--out", baseline, *train], work / "baseline.log")
 
+    eval_cmd = [tool("tpuperf"), "eval", "-b", baseline, "--min-us", args.min_us, "-f", "json"]
     trained = {}   # label -> (variant, seed, model path, train summary)
+    results = []   # one `tpuperf eval` result per model, each with the baseline
     for name, (gnn, reduction, _) in variants.items():
         for seed in range(args.seeds):
             label = f"{name}.s{seed}"
             model = work / f"{label}.pt"
-            t0 = time.time()
-            run([tool("tpuperf"), "train", "--data", str(args.corpus / "*.zst"),
-                 "--split", args.split, "--out", model, "--gnn", gnn, "--reduction", reduction,
-                 "--epochs", args.epochs, "--seed", seed, "--max-time", args.max_time,
-                 "--name", label, *args.train_args.split()], work / f"{label}.log")
-            info = model_info(model)
-            info["wall_s"] = time.time() - t0
+            logfile = work / f"{label}.log"
+            evalfile = work / f"{label}.eval.json"
+            finished = model.exists() and not Path(str(model) + ".resume").exists()
+            if args.reuse and finished and logfile.exists() and evalfile.exists():
+                log(f"{label}: reusing {model} and its evaluation")
+            else:
+                run([tool("tpuperf"), "train", "--data", str(args.corpus / "*.zst"),
+                     "--split", args.split, "--out", model, "--gnn", gnn, "--reduction", reduction,
+                     "--epochs", args.epochs, "--seed", seed, "--max-time", args.max_time,
+                     "--name", label, *args.train_args.split()], logfile)
+                # evaluated at once, so a later change of the model code cannot strand it
+                evalfile.write_text(run(eval_cmd + ["-m", f"{label}={model}", *test]).stdout)
+            info = model_info(model, logfile)
             trained[label] = (name, seed, model, info)
-            log(f"{label}: {info.get('epochs')} epochs (best {info.get('best_epoch')}), "
-                f"{info['wall_s']:.0f} s")
+            results.append(json.loads(evalfile.read_text()))
+            log(f"{label}: {info['epochs']} epochs (best {info['best_epoch']}), "
+                f"{info['seconds']:.0f} s")
 
-    eval_cmd = [tool("tpuperf"), "eval", "-b", baseline, "--min-us", args.min_us]
-    for label, (_, _, model, _) in trained.items():
-        eval_cmd += ["-m", f"{label}={model}"]
-    res = json.loads(run(eval_cmd + ["-f", "json", *test]).stdout)
+    from tpuperf_cli.eval import report
+
+    res = merge(results)
     (work / "eval.json").write_text(json.dumps(res, indent=2))
-    per_model_md = run(eval_cmd + ["-f", "markdown", "-s", *test]).stdout
-    seed0 = [tool("tpuperf"), "eval", "-b", baseline, "--min-us", args.min_us]
-    for label, (_, seed, model, _) in trained.items():
-        if seed == 0:
-            seed0 += ["-m", f"{label.rsplit('.', 1)[0]}={model}"]
-    per_program_md = run(seed0 + ["-f", "markdown", *test]).stdout
+    per_model_md = report.render(res, "markdown", summary=True)
+    seed0 = {lab: lab.rsplit(".", 1)[0] for lab, (_, seed, _, _) in trained.items() if seed == 0}
+    per_program_md = report.render(select(res, seed0), "markdown")
     elapsed = time.time() - t_start
     write_report(args, res, variants, trained, per_model_md, per_program_md, elapsed,
-                 len(train), len(split.get("valid", [])), len(test))
+                 len(train), len(valid), len(test), missing)
     log(f"wrote {args.out} ({elapsed / 60:.1f} min)")
 
 
-def model_info(path):
-    """Epochs and validation figures from the model file (read by the model
-    library, so this script needs no knowledge of its format)."""
-    from tpuperf_cli.model.predict import read_model_file
+def merge(results):
+    """One fusion-task result with the predictors of several `tpuperf eval`
+    results on the same data (the baseline, in all of them, once and last)."""
+    out = json.loads(json.dumps(results[0]))
+    labels = [lab for r in results for lab in r["predictors"] if lab != "baseline"]
+    for r in results[1:]:
+        if [p["program"] for p in r["programs"]] != [p["program"] for p in out["programs"]]:
+            raise SystemExit("ablation: evaluations of different programs cannot be merged")
+        for mine, theirs in zip(out["programs"], r["programs"]):
+            for w in ("ge", "all"):
+                mine[w].update(theirs[w])
+        for w in ("ge", "all"):
+            out["summary"][w].update(r["summary"][w])
+    out["predictors"] = labels + ["baseline"]
+    return out
 
-    t = read_model_file(str(path)).get("trained") or {}
-    return {"epochs": t.get("epochs"), "best_epoch": t.get("best_epoch"),
-            "seconds": t.get("seconds"), "parameters": t.get("parameters")}
+
+def select(res, rename):
+    """The result with only the predictors in rename (old -> new label), and
+    the baseline."""
+    rename = dict(rename, baseline="baseline")
+    out = json.loads(json.dumps(res))
+    out["predictors"] = [rename[lab] for lab in res["predictors"] if lab in rename]
+    for p in out["programs"]:
+        for w in ("ge", "all"):
+            p[w] = {rename[k]: v for k, v in p[w].items() if k in rename}
+    for w in ("ge", "all"):
+        out["summary"][w] = {rename[k]: v for k, v in out["summary"][w].items() if k in rename}
+    return out
+
+
+def model_info(path, logfile):
+    """Epochs run, the best (kept) epoch and training seconds, from the last
+    line of `tpuperf train`'s log: "... (model M, epoch B of E; stopped: ...; Ns)"."""
+    import re
+
+    text = Path(logfile).read_text() if Path(logfile).exists() else ""
+    m = re.findall(r"epoch (\d+) of (\d+); stopped: ([^;]*); (\d+)s\)", text)
+    if not m:
+        raise SystemExit(f"ablation: cannot read the end of training from {logfile}")
+    best, epochs, stopped, seconds = m[-1]
+    return {"epochs": int(epochs), "best_epoch": int(best), "stopped": stopped,
+            "seconds": float(seconds)}
 
 
 def _fmt(v, metric):
@@ -192,7 +245,7 @@ def git_rev():
 
 
 def write_report(args, res, variants, trained, per_model_md, per_program_md, elapsed,
-                 n_train, n_valid, n_test):
+                 n_train, n_valid, n_test, missing):
     thr = f"{args.min_us:g}"
     summary = res["summary"]
     kernels = sum(r["kernels"] for r in res["programs"])
@@ -200,13 +253,14 @@ def write_report(args, res, variants, trained, per_model_md, per_program_md, ela
     rel = (lambda p: p.relative_to(ROOT) if p.resolve().is_relative_to(ROOT) else p)
     head = ["variant", "gnn", "reduction"] + [
         f"{st} {'MAPE%' if m == 'mape' else 'tau'} {'>=' + thr + 'us' if w == 'ge' else 'all'}"
-        for w, st, m in FIGURES] + ["epochs", "train s"]
+        for w, st, m in FIGURES] + ["best/run epochs", "train s"]
     rows = []
     for name, (gnn, red, _) in variants.items():
         labels = [lab for lab, (v, *_rest) in trained.items() if v == name]
         cells = [_agg([summary[w][lab][st][m] for lab in labels], m) for w, st, m in FIGURES]
-        epochs = "/".join(str(trained[lab][3].get("epochs")) for lab in labels)
-        secs = statistics.fmean(trained[lab][3]["wall_s"] for lab in labels)
+        epochs = ", ".join(f"{trained[lab][3]['best_epoch']}/{trained[lab][3]['epochs']}"
+                           for lab in labels)
+        secs = statistics.fmean(trained[lab][3]["seconds"] for lab in labels)
         rows.append([name, gnn, red] + cells + [epochs, f"{secs:.0f}"])
     rows.append(["baseline (roofline)", "-", "-"] +
                 [_fmt(summary[w]["baseline"][st][m], m) for w, st, m in FIGURES] + ["-", "-"])
@@ -219,18 +273,24 @@ def write_report(args, res, variants, trained, per_model_md, per_program_md, ela
         "",
         f"Written by `examples/ablation.py` on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC "
         f"(commit {git_rev()}; {platform.machine()}, {os.cpu_count()} cores shared with other "
-        f"work; {elapsed / 60:.1f} min in all). Rerun the script to update it; do not edit by hand.",
+        f"work; training took {sum(t[3]['seconds'] for t in trained.values()) / 60:.1f} min of "
+        f"model time, this run {elapsed / 60:.1f} min). Rerun the script to update it; do not "
+        "edit by hand.",
         "",
         "Setup:",
         "",
         f"- Data: `{rel(args.corpus)}`, split `{rel(args.split)}`: {n_train} training, "
         f"{n_valid} validation (early stopping) and {n_test} test programs; the test programs "
-        f"have {kernels} measured kernels, {kernels_ge} of them >= {thr} us.",
+        f"have {kernels} measured kernels, {kernels_ge} of them >= {thr} us."
+        + (f" {len(missing)} programs of the split had no measured shard yet and were left "
+           f"out." if missing else ""),
         f"- Models: `tpuperf train --gnn G --reduction R --epochs {args.epochs} "
         f"--max-time {args.max_time:g} --seed S"
         f"{' ' + args.train_args if args.train_args else ''}` (other options at their "
         f"defaults), seeds 0..{args.seeds - 1}. Cells give the mean over seeds and, in "
-        "brackets, the lowest and highest seed.",
+        "brackets, the lowest and highest seed. Each model is the one of its best "
+        "validation epoch (\"best/run epochs\" per seed); \"train s\" is the mean training "
+        "time per model.",
         "- Baseline: `tpuperf baseline fit` on the training programs (roofline x one "
         "coefficient per kernel kind + a fixed cost per kernel).",
         f"- Metrics (`tpuperf eval`): per test program, MAPE and Kendall's tau-b of kernel "
