@@ -50,6 +50,9 @@ from tpuperf_cli.errors import TpuperfError
               help="Torch threads (default: min(2, cores) or $TPUPERF_THREADS).")
 @click.option("--max-time", type=click.FloatRange(0), default=0, metavar="SECONDS",
               help="Stop after the epoch that passes this much time (0: no limit).")
+@click.option("--ema", type=click.FloatRange(0, 1, max_open=True), default=0.99, show_default=True,
+              help="Validate and save an exponential moving average of the weights with this "
+                   "decay per step (steadier on small corpora); 0 keeps the raw weights.")
 @click.option("--gnn", type=click.Choice(["sage", "gat", "none"]), default="sage", show_default=True,
               help="Message passing: GraphSAGE (the paper's), GAT, or none.")
 @click.option("--layers", type=click.IntRange(0), default=3, show_default=True, help="GNN layers (k).")
@@ -82,7 +85,7 @@ from tpuperf_cli.errors import TpuperfError
 @click.option("--name", help="Model name stem recorded in predictions (default: OUT's file name).")
 def cli(files, data, out, valid, split, task, loss, epochs, batch_size, lr, weight_decay, margin,
         patience, monitor, min_us, even, configs, memory_mb, seed, device, threads, max_time,
-        gnn, layers, hidden, opcode_dim, neighbors, aggregate, directed, normalize, kernel_head,
+        ema, gnn, layers, hidden, opcode_dim, neighbors, aggregate, directed, normalize, kernel_head,
         reduction,
         heads, seq_layers, dropout, resume, keep_state, name):
     """Train a performance model (a graph neural network) on measured kernels.
@@ -163,6 +166,6 @@ def cli(files, data, out, valid, split, task, loss, epochs, batch_size, lr, weig
                         weight_decay=weight_decay, margin=margin, patience=patience,
                         monitor=monitor or "", min_runtime_ns=min_us * 1000.0, even=even,
                         configs=configs, memory_mb=memory_mb, seed=seed, device=device,
-                        threads=threads, max_time=max_time)
+                        threads=threads, max_time=max_time, ema=ema)
     train(shards, out, net=net, opts=opts, valid=list(valid), split=split, resume=resume,
           keep_state=keep_state, name=name)

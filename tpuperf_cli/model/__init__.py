@@ -46,3 +46,26 @@ def set_threads(threads=None):
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     return threads
+
+
+def check_device(device):
+    """Raise TpuperfError unless torch and DGL can both run on `device`."""
+    from tpuperf_cli.errors import TpuperfError
+
+    if device == "cpu":
+        return device
+    if not device.startswith("cuda"):
+        raise TpuperfError(f"--device {device}: expected cpu, cuda or cuda:N")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise TpuperfError(f"--device {device}: torch sees no CUDA device here")
+    import dgl
+
+    try:
+        dgl.graph(([0], [0])).to(device)
+    except Exception as e:  # DGL wheels from PyPI are CPU-only
+        raise TpuperfError(f"--device {device}: this DGL cannot use CUDA ({str(e).splitlines()[0]}); "
+                           f"install a CUDA build of DGL 2.1 (see https://www.dgl.ai/pages/start.html)"
+                           ) from None
+    return device

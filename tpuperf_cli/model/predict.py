@@ -37,7 +37,8 @@ import tempfile
 import numpy as np
 
 from tpuperf_cli.errors import StreamError, TpuperfError
-from tpuperf_cli.model import MODEL_FORMAT, MODEL_VERSION, default_model_path, set_threads
+from tpuperf_cli.model import (MODEL_FORMAT, MODEL_VERSION, check_device, default_model_path,
+                               set_threads)
 from tpuperf_cli.model.data import Scaler, example, make_batch, target_key
 
 REQUIRED = ("format", "version", "name", "task", "config", "state_dict", "scaling")
@@ -205,16 +206,12 @@ def build(d, path="model", device="cpu"):
 def load_model(path=None, device="cpu", threads=None):
     """Load a model file (None: the bundled default model)."""
     set_threads(threads)
+    check_device(device)
     if path is None:
         path = default_model_path()
         if not os.path.exists(path):
             raise TpuperfError(f"the bundled model {path} is missing (a broken install?); "
                                f"name one with --model")
-    if device not in ("cpu",):
-        import torch
-
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise TpuperfError(f"--device {device}: CUDA is not available here")
     return build(read_model_file(path), path, device)
 
 

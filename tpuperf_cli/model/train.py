@@ -25,7 +25,7 @@ import numpy as np
 
 from tpuperf_cli import __version__
 from tpuperf_cli.errors import TpuperfError
-from tpuperf_cli.model import set_threads
+from tpuperf_cli.model import check_device, set_threads
 from tpuperf_cli.model.data import Corpus, Scaler, expand
 
 TASKS = ("fusion", "tile")
@@ -54,6 +54,8 @@ class TrainOptions:
     threads: int = 0            # torch threads (0: min(2, cores))
     max_time: float = 0.0       # stop after the epoch that passes this many seconds (0: no limit)
     grad_clip: float = 1.0      # clip the gradient norm (0: off)
+    ema: float = 0.99           # validate and save an exponential moving average of the
+                                # weights with this decay per step (0: the raw weights)
 
     def check(self):
         if self.task not in TASKS:
@@ -66,6 +68,8 @@ class TrainOptions:
             self.monitor = "loss" if self.task == "fusion" else "tau"
         if self.monitor not in ("loss", "mape", "tau"):
             raise TpuperfError("--monitor must be loss, mape or tau")
+        if not 0 <= self.ema < 1:
+            raise TpuperfError("--ema must be in [0, 1)")
         if self.epochs < 1 or self.batch_size < 1:
             raise TpuperfError("--epochs and --batch-size must be at least 1")
         if self.task == "tile" and self.configs < 2:
@@ -125,25 +129,39 @@ def evaluate(model, corpus, opts, batch_size=256):
     """
     from tpuperf_cli.eval import metrics
 
-    examples = list(corpus.iter_examples())
-    if not examples:
+    preds, trues, keys = [], [], []
+    chunk = []
+
+    def flush():
+        preds.append(model.predict_examples(chunk, batch_size))
+        trues.extend(ex.runtime for ex in chunk)
+        keys.extend(ex.group for ex in chunk)
+        chunk.clear()
+
+    for ex in corpus.iter_examples():      # streamed: only predictions are kept
+        chunk.append(ex)
+        if len(chunk) >= batch_size:
+            flush()
+    if chunk:
+        flush()
+    if not keys:
         return {"loss": math.nan, "mape": math.nan, "tau": math.nan, "programs": 0, "kernels": 0}
-    pred = model.predict_examples(examples, batch_size)
-    true = np.asarray([ex.runtime for ex in examples])
+    pred = np.concatenate(preds)
+    true = np.asarray(trues)
     if opts.task == "fusion":
         y = model.scaler.target(true)
         yp = model.scaler.target(pred)
         rows = []
-        for idx in metrics.group_indices([ex.program for ex in examples]).values():
+        for idx in metrics.group_indices([k[0] for k in keys]).values():
             rows.append(metrics.fusion_metrics(pred[idx], true[idx], opts.min_runtime_ns))
         return {"loss": float(np.mean((yp - y) ** 2)),
                 "mape": metrics.nanmedian([r["mape"] for r in rows]),
                 "tau": metrics.nanmedian([r["tau"] for r in rows]),
-                "programs": len(rows), "kernels": len(examples)}
-    groups = metrics.group_indices([ex.group for ex in examples])
+                "programs": len(rows), "kernels": len(keys)}
+    groups = metrics.group_indices(keys)
     pairs = [(pred[i], true[i]) for i in groups.values() if i.size > 1]
     return {"loss": math.nan, "mape": metrics.tile_size_ape(pairs), "tau": metrics.mean_kernel_tau(pairs),
-            "programs": len({ex.program for ex in examples}), "kernels": len(pairs)}
+            "programs": len({k[0] for k in keys}), "kernels": len(pairs)}
 
 
 def _better(monitor, value, best):
@@ -203,8 +221,7 @@ def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
         progress(f"train: resuming {out} after epoch {state['epoch']} (options and hyperparameters "
                  f"of the interrupted run)")
     set_threads(opts.threads or None)
-    if opts.device.startswith("cuda") and not torch.cuda.is_available():
-        raise TpuperfError(f"--device {opts.device}: CUDA is not available here")
+    check_device(opts.device)
 
     # ---- data
     paths = expand(data, "--data")
@@ -252,17 +269,28 @@ def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
     model_net = Net(net_cfg).to(opts.device)
     optim = torch.optim.AdamW(model_net.parameters(), lr=opts.lr, weight_decay=opts.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(optim, T_max=opts.epochs, eta_min=opts.lr / 10)
+    ema_net = None
+    if opts.ema:
+        import copy
+
+        ema_net = copy.deepcopy(model_net)
+        for p in ema_net.parameters():
+            p.requires_grad_(False)
+    saved_net = ema_net if ema_net is not None else model_net          # what is validated and written to `out`
     rng = np.random.default_rng(opts.seed)
-    start_epoch, best, best_epoch, bad, history = 0, None, 0, 0, []
+    start_epoch, best, best_epoch, bad, history, step = 0, None, 0, 0, [], 0
     if state is not None:
         model_net.load_state_dict(state["weights"])
+        if ema_net is not None:
+            ema_net.load_state_dict(state["ema_weights"])
         optim.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
         rng.bit_generator.state = state["rng"]
         torch.set_rng_state(state["torch_rng"])
         start_epoch, best, best_epoch, bad = state["epoch"], state["best"], state["best_epoch"], state["bad"]
         history = state["history"]
-    model = Model(model_net, scaler, {"name": "training", "task": opts.task}, device=opts.device)
+        step = state["step"]
+    model = Model(saved_net, scaler, {"name": "training", "task": opts.task}, device=opts.device)
     stem = name or os.path.splitext(os.path.basename(os.fspath(out)))[0]
     target = train_set.target()
     n_params = sum(p.numel() for p in model_net.parameters())
@@ -282,7 +310,7 @@ def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
                             for k in train_set.targets]}
 
     def save_model(epoch, figures):
-        d = model_dict(model_net, scaler, stem, opts.task, opts.loss, target,
+        d = model_dict(saved_net, scaler, stem, opts.task, opts.loss, target,
                        trained_info(epoch, figures))
         save_atomic(d, out)
         return d["name"]
@@ -306,6 +334,12 @@ def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
             if opts.grad_clip:
                 torch.nn.utils.clip_grad_norm_(model_net.parameters(), opts.grad_clip)
             optim.step()
+            step += 1
+            if ema_net is not None:
+                decay = min(opts.ema, (1 + step) / (10 + step))   # warm-up: early steps count fully
+                with torch.no_grad():
+                    for pe, p in zip(ema_net.parameters(), model_net.parameters()):
+                        pe.mul_(decay).add_(p, alpha=1 - decay)
             total += float(loss)
             steps += 1
             seen += len(examples)
@@ -317,7 +351,7 @@ def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
         figures = {"train_loss": train_loss}
         line = f"epoch {epoch:3d}/{opts.epochs}  loss {train_loss:.4f}"
         if valid_set is not None:
-            model_net.eval()
+            saved_net.eval()
             v = evaluate(model, valid_set, opts)
             figures.update({f"valid_{k}": v[k] for k in ("loss", "mape", "tau")})
             metric = v[opts.monitor]
@@ -327,7 +361,8 @@ def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
             else:
                 bad += 1
             what = "Tile-Size APE" if opts.task == "tile" else "MAPE"
-            line += (f"  valid loss {v['loss']:.4f}  {what} {v['mape']:.1f}%  tau {v['tau']:.3f}"
+            line += ((f"  valid loss {v['loss']:.4f}" if opts.task == "fusion" else "  valid")
+                     + f"  {what} {v['mape']:.1f}%  tau {v['tau']:.3f}"
                      + ("  *" if improved else ""))
         else:
             improved = True
@@ -338,7 +373,9 @@ def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
         if improved:
             name_written = save_model(epoch, figures)
         elapsed = time.time() - t0 + (state or {}).get("seconds", 0.0)
-        save_atomic({"epoch": epoch, "weights": model_net.state_dict(), "optimizer": optim.state_dict(),
+        save_atomic({"epoch": epoch, "weights": model_net.state_dict(),
+                     "ema_weights": ema_net.state_dict() if ema_net is not None else None, "step": step,
+                     "optimizer": optim.state_dict(),
                      "scheduler": sched.state_dict(), "rng": rng.bit_generator.state,
                      "torch_rng": torch.get_rng_state(), "best": best, "best_epoch": best_epoch,
                      "bad": bad, "history": history, "opts": asdict(opts), "net": asdict(net_cfg),
