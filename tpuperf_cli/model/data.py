@@ -72,13 +72,27 @@ class Example:
                 + self.kernel_feat.nbytes + self.config_feat.nbytes + 400)
 
 
+_INTS = frozenset("<i4 <i8 <i2 |i1 <u4 <u2 |u1".split())
+
+
 def _array(record, field, where, dtype):
+    """A record's array field as numpy (a view of the record's bytes when the
+    dtype already fits), None when absent."""
     value = record.get(field)
     if value is None:
         return None
     try:
-        a = decode_array(value, field) if is_array(value) else np.asarray(value)
-        return np.asarray(a, dtype=dtype)
+        if type(value) is dict and "data" in value:
+            dt = value.get("dtype")
+            if dt == dtype or (dtype == "int" and dt in _INTS):
+                # fast path: the usual case, no copy
+                return np.frombuffer(value["data"], dtype=np.dtype(dt)).reshape(value["shape"])
+            a = decode_array(value, field)
+        elif is_array(value):
+            a = decode_array(value, field)
+        else:
+            a = np.asarray(value)
+        return np.asarray(a, dtype=np.int64 if dtype == "int" else np.dtype(dtype))
     except (StreamError, TypeError, ValueError) as e:
         raise StreamError(f"{where}: field {field!r}: {e}") from None
 
@@ -89,12 +103,27 @@ def where_of(record, number=None, name=None):
     return f"{at} ({prog}/{kern})" if prog or kern else at
 
 
+class _Where:
+    """The record's description, built only when an error needs it."""
+
+    __slots__ = ("record", "number", "name")
+
+    def __init__(self, record, number, name):
+        self.record, self.number, self.name = record, number, name
+
+    def __str__(self):
+        return where_of(self.record, self.number, self.name)
+
+    def __format__(self, spec):
+        return format(str(self), spec)
+
+
 def example(record, number=None, name=None):
     """An Example from a graph record; StreamError naming the record if it is
     not one (a kernel record without node features gets a hint to featurize)."""
-    where = where_of(record, number, name)
-    missing = [f for f in GRAPH_FIELDS if f not in record]
-    if missing:
+    where = _Where(record, number, name)
+    if "node_feat" not in record or "node_opcode" not in record or "edge_index" not in record:
+        missing = [f for f in GRAPH_FIELDS if f not in record]
         if record.get("type") == "kernel" or "hlo" in record:
             raise StreamError(f"{where}: no node features (a {record.get('type', '?')} record, "
                               f"not a graph record): run featurize first, e.g. "
@@ -102,34 +131,37 @@ def example(record, number=None, name=None):
         raise StreamError(f"{where}: missing field(s) {', '.join(missing)} "
                           f"(type {record.get('type', '?')!r}; predict and train read "
                           f"graph records written by featurize)")
-    opcode = _array(record, "node_opcode", where, np.int64).ravel()
-    feat = _array(record, "node_feat", where, np.float32)
-    edges = _array(record, "edge_index", where, np.int64)
+    opcode = _array(record, "node_opcode", where, "int").ravel()
+    feat = _array(record, "node_feat", where, "<f4")
+    edges = _array(record, "edge_index", where, "int")
     n = opcode.shape[0]
     if n == 0:
         raise StreamError(f"{where}: graph has no nodes")
-    if feat.ndim != 2 or feat.shape != (n, NODE_FEATURES):
+    if feat.shape != (n, NODE_FEATURES):
         raise StreamError(f"{where}: node_feat has shape {list(feat.shape)}, expected "
                           f"[{n}, {NODE_FEATURES}] (one row of {NODE_FEATURES} per node)")
     if edges.size == 0:
-        edges = np.zeros((0, 2), np.int64)
-    if edges.ndim != 2 or edges.shape[1] != 2:
+        edges = np.zeros((0, 2), np.int32)
+    elif edges.ndim != 2 or edges.shape[1] != 2:
         raise StreamError(f"{where}: edge_index has shape {list(edges.shape)}, expected [m, 2]")
-    if edges.size and (edges.min() < 0 or edges.max() >= n):
+    elif int(edges.max()) >= n or int(edges.min()) < 0:
         raise StreamError(f"{where}: edge_index refers to node {int(edges.max())} "
                           f"but the graph has {n} nodes")
-    if not np.all(np.isfinite(feat)):
+    if not math.isfinite(float(feat.sum(dtype=np.float64))):
         raise StreamError(f"{where}: node_feat holds NaN or infinite values")
-    kf = _array(record, "kernel_feat", where, np.float32)
+    kf = _array(record, "kernel_feat", where, "<f4")
     kf = np.zeros(0, np.float32) if kf is None else kf.ravel()
-    cf = _array(record, "config_feat", where, np.float32)
-    cf = np.zeros(CONFIG_FEATURES, np.float32) if cf is None else cf.ravel()
+    cf = _array(record, "config_feat", where, "<f4")
+    cf = _NO_CONFIG if cf is None else cf.ravel()
     if cf.size != CONFIG_FEATURES:
         raise StreamError(f"{where}: config_feat has {cf.size} values, expected {CONFIG_FEATURES}")
     rt = record.get("runtime_ns")
     runtime = float(rt) if isinstance(rt, (int, float)) and not isinstance(rt, bool) else math.nan
     return Example(opcode, feat, edges, kf, cf, runtime,
                    str(record.get("program", "")), str(record.get("kernel", "")))
+
+
+_NO_CONFIG = np.zeros(CONFIG_FEATURES, np.float32)
 
 
 def topological_order(ex):

@@ -148,6 +148,9 @@ def save_atomic(obj, path):
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)       # mkstemp's 0600 would hide the model from others
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -245,6 +248,7 @@ def predict_records(records, model=None, batch_size=512, name="input", warn=None
         model = load_model(model)
     warn = warn or (lambda msg: print(msg, file=sys.stderr))
     warned = False
+    checked = None              # the last target compared (records of a stream share one)
     pending, examples = [], []
     error = None
 
@@ -264,11 +268,14 @@ def predict_records(records, model=None, batch_size=512, name="input", warn=None
         except StreamError as e:
             error = e
             break
-        if not warned and _target_differs(model.target, record.get("target")):
+        target = record.get("target")
+        if not warned and target is not None and target != checked \
+                and _target_differs(model.target, target):
             warned = True
             mt, rt = model.target, record["target"]
             warn(f"predict: warning: records were measured on {_target_text(rt)} but model "
                  f"{model.name} was trained on {_target_text(mt)}; its predictions are for that target")
+        checked = target
         pending.append(record)
         examples.append(ex)
         if len(pending) >= batch_size:
