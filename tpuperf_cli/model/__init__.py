@@ -10,10 +10,20 @@ Modules (torch and DGL are imported only by net, train and predict):
     predict  model files, load_model, predict_records, predict_batch
 
 Public functions others call:
-    tpuperf_cli.model.predict.load_model(path=None, device="cpu") -> Model
-    tpuperf_cli.model.predict.predict_records(records, model=None, batch_size=512)
-    tpuperf_cli.model.predict.predict_batch(model, records) -> np.ndarray (ns)
-    tpuperf_cli.model.train.train(data, out, net=NetConfig(...), opts=TrainOptions(...), ...)
+    from tpuperf_cli.model.predict import load_model, predict_records, predict_batch
+    model = load_model(path=None, device="cpu", threads=None)   # None: the bundled model
+    model.predict_examples(examples, batch_size=512) -> np.ndarray (ns)
+    model.name, model.task, model.target, model.meta["trained"]
+    predict_records(records, model=None, batch_size=512) -> iterator of records
+        with pred_ns and model added (model: a Model, a path, or None)
+    predict_batch(model, records) -> np.ndarray (ns), records unchanged
+    from tpuperf_cli.model.data import example, synthetic_records
+    example(record, number=None, name=None) -> Example (StreamError if not a graph record)
+    from tpuperf_cli.model.train import train, TrainOptions
+    from tpuperf_cli.model.net import NetConfig
+    train(data, out, net=NetConfig(...), opts=TrainOptions(task="tile", ...),
+          valid=None, split=None, resume=False, keep_state=False, name=None,
+          progress=print_to_stderr) -> summary dict (history, best epoch, seconds, model name)
 """
 
 import os
