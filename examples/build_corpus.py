@@ -298,6 +298,13 @@ def main(argv=None):
             if (CORPUS / "kernels" / f"{prog['name']}.zst").exists():
                 featurize_program(prog, out)
         log(f"featurized in {time.time() - t0:.0f}s")
+    if not args.only:  # shards of programs no longer in programs.json go
+        names = {p["name"] for p in load_programs()}
+        for d in (CORPUS / "kernels", args.graphs_dir or CORPUS / "graphs"):
+            for f in d.glob("*.zst") if d.exists() else []:
+                if f.stem not in names:
+                    f.unlink()
+                    log(f"removed stale {f.relative_to(ROOT) if f.is_relative_to(ROOT) else f}")
     manifest = summarize(load_programs(), args, seconds)
     write_gitignore(manifest["graph_shards_committed"])
     log(f"{manifest['programs']} programs, {manifest['kernels']} kernels, "
