@@ -131,10 +131,11 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
     setting: the measuring process is pinned to one CPU (XLA then runs one
     thread) and a run's duration is the CPU time the process got, so time
     spent waiting for the CPU does not count. On this project's 2-core
-    machine under a load of ~5, the median spread of repeated measurements
-    of one kernel fell from 10-50% (wall clock) to about 5% (see
-    benchmarks/bench_measure_noise.py). A target with another clock or CPU
-    count is another cache key.
+    machine, busy with other jobs (load 3 to 7), the spread (max-min)/median
+    of 5 repeated min-of-3 measurements of one kernel had a median of 4-6%
+    and a 90th percentile of 14-19% this way, against 7-76% and 45-180%
+    with the wall clock on both CPUs (benchmarks/bench_measure_noise.py). A
+    target with another clock or CPU count is another cache key.
 
     Collectives, infeed/outfeed and send/recv cannot run alone and fail with
     kind "collective"; custom calls the runtime lacks fail to compile.
