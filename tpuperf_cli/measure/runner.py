@@ -413,7 +413,6 @@ class Measurer:
     # ------------------------------------------------------------ inputs
     def inputs(self, params):
         """Device arrays for the parameter shapes (see the module docstring)."""
-        import jax
         import numpy as np
 
         rng = np.random.default_rng(self.seed)
