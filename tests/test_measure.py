@@ -476,3 +476,30 @@ def test_too_many_cpus_is_a_clear_error(tmp_path):
                     check=False)
     assert p.returncode == 1 and "--cpus 4096" in p.stderr.decode()
     assert "Traceback" not in p.stderr.decode()
+
+
+def test_committed_corpus_is_whole():
+    """examples/corpus matches examples/programs.json and the split files."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "examples"
+    manifest = json.loads((root / "corpus" / "manifest.json").read_text())
+    names = {p["name"] for p in json.loads((root / "programs.json").read_text())["programs"]}
+    assert {p["name"] for p in manifest["per_program"]} == names
+    assert manifest["programs"] >= 30 and manifest["distinct_kernels"] >= 5000
+    fingerprints, total = set(), 0
+    for p in manifest["per_program"]:
+        recs = list(read_records(str(root / p["kernel_shard"])))
+        assert len(recs) == p["kernels"]
+        assert all(r["runtime_ns"] > 0 and len(r["runs"]) == 3 for r in recs if "error" not in r)
+        assert all(r["target"]["platform"] == "cpu" for r in recs)
+        fingerprints |= {r["fingerprint"] for r in recs}
+        total += len(recs)
+    assert total == manifest["kernels"] and len(fingerprints) == manifest["distinct_kernels"]
+    for split in ("random", "manual"):
+        sets = json.loads((root / "splits" / f"{split}.json").read_text())
+        listed = [n for s in ("train", "valid", "test") for n in sets[s]]
+        assert sorted(listed) == sorted(names)  # every program in exactly one set
+        if manifest["graph_shards_committed"]:
+            assert all((root / "corpus" / "graphs" / f"{n}.zst").exists() for n in listed)
