@@ -104,7 +104,11 @@ def cli(files, data, out, valid, split, task, loss, epochs, batch_size, lr, weig
     edges, neighbour lists truncated to --neighbors and L2-normalised
     embeddings, then a --reduction to one kernel embedding and a final
     layer. Features are scaled with statistics of the training data only:
-    a signed log, then min-max to [0, 1].
+    a signed log, then min-max to [0, 1]. Three additions over the paper,
+    each with a switch: GNN layers are residual; the kernel and config
+    features also reach the final layer directly (--kernel-head, so runtimes
+    extrapolate to kernels larger than the training data's); the saved
+    weights are an exponential moving average of the trained ones (--ema).
 
     --task fusion (default) fits the log runtime with MSE. --task tile
     learns to rank the tile configurations of each kernel (records sharing
@@ -141,6 +145,13 @@ def cli(files, data, out, valid, split, task, loss, epochs, batch_size, lr, weig
       tpuperf train --task tile --data tile/*.zst --valid tile-valid/*.zst --out tile.pt
       tpuperf train --data 'shards/*.zst' --out model.pt --resume
       tpuperf train --data 'tpu/*.zst' --out tpu.pt --device cuda --gnn gat
+
+    To model your own hardware (a TPU, a GPU, another CPU), measure a
+    corpus on it and train on that, e.g. per program P:
+    `hlo-split P.hlo | featurize | measure --backend tpu | zstd > tpu/P.zst`,
+    then `tpuperf train --data 'tpu/*.zst' --split split.json --out tpu.pt`
+    and `predict --model tpu.pt`. examples/train_default_model.sh shows how
+    the bundled (XLA:CPU) model was made.
 
     Exit status: 0 on success, 1 on bad data (no examples, unreadable or
     corrupt shards, kernel records without node features), 2 on a bad option.
