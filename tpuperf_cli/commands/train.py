@@ -45,7 +45,8 @@ from tpuperf_cli.errors import TpuperfError
               help="Decoded examples kept in memory; a larger corpus is streamed from its shards "
                    "every epoch through a bounded shuffle buffer.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of all randomness (repeatable runs).")
-@click.option("--device", default="cpu", show_default=True, help="cpu or cuda (cuda:N).")
+@click.option("--device", default="cpu", show_default=True,
+              help="cpu or cuda (cuda:N); cuda needs a CUDA build of DGL (the PyPI wheel is CPU-only).")
 @click.option("--threads", type=click.IntRange(0), default=0,
               help="Torch threads (default: min(2, cores) or $TPUPERF_THREADS).")
 @click.option("--max-time", type=click.FloatRange(0), default=0, metavar="SECONDS",
