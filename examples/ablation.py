@@ -35,6 +35,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -131,6 +132,15 @@ def main(argv=None):
     work = args.work or Path(tempfile.mkdtemp(prefix="tpuperf-ablation-"))
     work.mkdir(parents=True, exist_ok=True)
     log(f"work directory {work}")
+    # train and evaluate on a snapshot, so the corpus may change meanwhile
+    snap = work / "corpus"
+    snap.mkdir(exist_ok=True)
+    for group in (train, valid, test):
+        for i, path in enumerate(group):
+            if not (args.reuse and (snap / path.name).exists()):
+                shutil.copyfile(path, snap / path.name)
+            group[i] = snap / path.name
+    args.corpus_rev = git_rev(args.corpus)
     t_start = time.time()
     args.rev_start = git_rev()
 
@@ -150,7 +160,7 @@ def main(argv=None):
             if args.reuse and finished and logfile.exists() and evalfile.exists():
                 log(f"{label}: reusing {model} and its evaluation")
             else:
-                run([tool("tpuperf"), "train", "--data", str(args.corpus / "*.zst"),
+                run([tool("tpuperf"), "train", "--data", str(snap / "*.zst"),
                      "--split", args.split, "--out", model, "--gnn", gnn, "--reduction", reduction,
                      "--epochs", args.epochs, "--seed", seed, "--max-time", args.max_time,
                      "--name", label, *args.train_args.split()], logfile)
@@ -237,10 +247,11 @@ def _agg(values, metric):
     return f"{_fmt(mean, metric)} ({_fmt(min(vals), metric)}-{_fmt(max(vals), metric)})"
 
 
-def git_rev():
+def git_rev(path=None):
+    """The short commit of HEAD, or of the last commit touching path."""
+    cmd = ["git", "-C", str(ROOT), "log", "-1", "--format=%h"] + ([str(path)] if path else [])
     try:
-        return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True).stdout.strip() or "?"
+        return subprocess.run(cmd, capture_output=True, text=True).stdout.strip() or "?"
     except OSError:
         return "?"
 
@@ -283,7 +294,7 @@ def write_report(args, res, variants, trained, per_model_md, per_program_md, ela
         "",
         "Setup:",
         "",
-        f"- Data: `{rel(args.corpus)}`, split `{rel(args.split)}`: {n_train} training, "
+        f"- Data: `{rel(args.corpus)}` (last changed in commit {args.corpus_rev}), split `{rel(args.split)}`: {n_train} training, "
         f"{n_valid} validation (early stopping) and {n_test} test programs; the test programs "
         f"have {kernels} measured kernels, {kernels_ge} of them >= {thr} us."
         + (f" {len(missing)} programs of the split had no measured shard yet and were left "
@@ -302,7 +313,7 @@ def write_report(args, res, variants, trained, per_model_md, per_program_md, ela
         f"the {n_test} programs. XLA:CPU runs no kernel under about 6 us, so the paper's 5 us "
         f"threshold would keep them all; {thr} us keeps the kernels whose runtime is not "
         f"mostly dispatch overhead.",
-        "- Scale: a few thousand kernels and minutes of training per model, against the "
+        "- Scale: thousands of kernels and minutes of training per model, against the "
         "paper's millions of kernels; differences smaller than the seed spread mean nothing.",
         "",
         "## Summary",
