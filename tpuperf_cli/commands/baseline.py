@@ -26,7 +26,7 @@ def cli():
                                       (bytes_read + bytes_written) / B)
 
     P is the peak rate (operations/s), B the memory bandwidth (bytes/s), t0
-    a fixed cost per kernel (ns; the launch or dispatch overhead: about 6 us
+    a fixed cost per kernel (ns; the launch or dispatch overhead: a few us
     per kernel on XLA:CPU, which a pure roofline cannot express) and kind
     the kernel's kind: "fusion:kLoop", "fusion:kInput", "fusion:kOutput",
     "fusion:kCustom" for fusions, else an opcode family ("dot",

@@ -89,9 +89,9 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
     is_default; Tile-Size APE and top-1 only; with no other predictor,
     eval shows just that).
 
-    On XLA:CPU no kernel runs in under about 6 us (dispatch), so the 5 us
-    threshold keeps every kernel there; --min-us 20 keeps those whose
-    runtime is not mostly overhead.
+    On XLA:CPU every kernel pays a few microseconds of dispatch (4 to 6 us
+    on the example corpus), so the 5 us threshold keeps nearly every kernel
+    there; --min-us 20 keeps those whose runtime is not mostly overhead.
 
     --format json writes one object: task, predictors, records,
     skipped_unmeasured, and for the fusion task threshold_ns, programs

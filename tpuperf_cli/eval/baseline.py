@@ -12,7 +12,7 @@ the target, kind is the kernel's kind ("fusion:kLoop", "fusion:kInput",
 ..., or an opcode family such as "dot", "convolution", "elementwise"),
 c[kind] > 0 says how far from the roofline that kind of kernel runs, and t0
 is a fixed cost per kernel launch of the target (one number; 0 with
-overhead=False). On the CPU every kernel costs about 6 us however small (the
+overhead=False). On the CPU every kernel costs a few us however small (the
 runtime's dispatch), which a pure roofline cannot express.
 
 Fitting (`fit`) minimises the squared error of log(t) over the measured
