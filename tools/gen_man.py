@@ -54,8 +54,10 @@ def paragraphs(text):
 def options_section(command, ctx):
     out = []
     for param in command.get_params(ctx):
+        if isinstance(param, click.Argument):  # described in the text
+            continue
         record = param.get_help_record(ctx)
-        if record is None:  # arguments: described in the text
+        if record is None:
             continue
         names, help_text = record
         out.append(f".TP\n.B {esc(names)}\n{esc(help_text) if help_text else ''}")
