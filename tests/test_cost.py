@@ -144,10 +144,13 @@ def compare(kernel_records):
         xla = xla_cost(r["hlo"])
         total += 1
         # bytes: equal, except where XLA counts a tuple result as its pointer
-        # table (8 B per element) and we count the arrays, and custom-calls (-1)
+        # table (8 B per element) and we count the arrays, and custom-calls (-1).
+        # XLA leaves out a key whose value is 0 (an identity transpose is a
+        # bitcast: nothing accessed).
         root = parse_module(r["hlo"], "k.hlo").entry.root
         if r["opcode"] != "custom-call" and not root.shape.is_tuple:
-            assert ours["bytes_read"] + ours["bytes_written"] == xla["bytes accessed"], r["kernel"]
+            assert ours["bytes_read"] + ours["bytes_written"] == xla.get("bytes accessed", 0.0), \
+                r["kernel"]
         if agrees(ours, xla, "flops") and agrees(ours, xla, "transcendentals"):
             good += 1
         else:
@@ -223,7 +226,7 @@ def test_agrees_with_xla_on_sample_examples():
 
 
 def test_agrees_with_xla_on_every_example_kernel():
-    # ~3 s for the ~2,900 kernels of the 27 example programs: not slow-marked
+    # ~5 s for the ~14,600 kernels of the 77 example programs: not slow-marked
     if not EXAMPLES:
         pytest.skip("examples/hlo not generated")
     records = []
