@@ -45,10 +45,14 @@ def test_every_command_has_a_man_page(name):
     assert ".SH DESCRIPTION" in text and ".SH OPTIONS" in text
 
 
-def test_ci_runs_the_readme_test_command():
+def readme_commands():
     readme = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```(?:sh|bash|console)?\n(.*?)```", readme, re.S)
-    commands = [l.strip() for b in blocks[:2] for l in b.strip().splitlines()]
+    return [l.strip() for b in blocks[:2] for l in b.strip().splitlines()]
+
+
+def test_ci_runs_the_readme_test_command():
+    commands = readme_commands()
     assert len(commands) == 2, "README must open with exactly two commands"
     test_command = commands[1]
     assert "pytest" in test_command
@@ -60,3 +64,11 @@ def test_unknown_command_is_a_usage_error():
                             capture_output=True, text=True)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
+
+
+def test_readme_main_job_names_files_that_exist():
+    main_job = readme_commands()[0]
+    paths = re.findall(r"\bexamples/\S+", main_job)
+    assert paths, main_job
+    for path in paths:
+        assert (ROOT / path).is_file(), f"README main job names a missing file: {path}"
