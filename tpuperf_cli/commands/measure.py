@@ -23,6 +23,17 @@ def parse_duration(text):
     return value
 
 
+def _read_all(records):
+    """(records read, the TpuperfError that stopped the reading or None)."""
+    good = []
+    try:
+        for item in records:
+            good.append(item)
+    except TpuperfError as e:
+        return good, e
+    return good, None
+
+
 class _Progress:
     """A one-line bar with rate and ETA on a terminal; else a line a minute."""
 
@@ -119,9 +130,9 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
     floating-point values uniform in [0.5, 1.5) (finite under log, sqrt,
     divide; no denormals), integers all zero (a valid index into any
     dimension, so every gather, scatter and dynamic-slice stays in bounds),
-    booleans random. After one warm-up call, a run repeats the kernel
-    (waiting for each call to finish) until --min-time has passed and
-    divides. Each call waits for the execution's completion token (outputs
+    booleans random. After one warm-up call, untimed calibration calls find
+    how many calls pass --min-time; each of the --runs runs then repeats the
+    kernel that many times (waiting for each call to finish) and divides. Each call waits for the execution's completion token (outputs
     are not wrapped as Python arrays). Per-call dispatch overhead (about
     4.4 us on this project's CPU machine: the runtime of a one-op kernel)
     is part of every runtime, so kernels near that floor are told apart
@@ -177,7 +188,7 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
 
     \b
     On a TPU host (none is reachable from the project's own machines):
-      pip install 'tpuperf[tpu]'        # jax[tpu]==0.6.2 and libtpu
+      pip install -e '.[tpu]'           # in a tpuperf checkout: jax[tpu]==0.6.2, libtpu
       hlo-split prog.hlo | measure --backend tpu > timed.msgpack
 
     Exit status: 0 when the stream was read whole (even if some kernels
@@ -209,8 +220,11 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
 
     records = numbered()
     total = None
+    bad_input = None
     if show:
-        records = list(records)
+        # the bar needs a total: read the input first, but keep (and measure)
+        # the records before a corrupt or truncated one
+        records, bad_input = _read_all(records)
         total = len(records)
     bar = _Progress(total, show and total is not None, prog)
     writer = RecordWriter(sys.stdout.buffer)
@@ -226,6 +240,8 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)
             bar.step(str(record.get("kernel", "")))
+        if bad_input is not None:
+            raise bad_input
     finally:
         bar.close()
         measurer.close()

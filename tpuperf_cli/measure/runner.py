@@ -143,8 +143,8 @@ def pick_backend(requested=None):
             jax.devices(requested)
         except RuntimeError as e:
             raise MeasureError("backend", f"no {requested} backend here ({_first_line(e)}); "
-                               f"for tpu install jax[tpu]==0.6.2 (pip install 'tpuperf[tpu]'), "
-                               f"for gpu jax[cuda12]==0.6.2") from None
+                               "in a tpuperf checkout, pip install -e '.[tpu]' for tpu "
+                               "(jax[tpu]==0.6.2), -e '.[gpu]' for gpu (jax[cuda12]==0.6.2)") from None
         return requested
     for name in BACKENDS:
         try:
@@ -503,20 +503,20 @@ class Measurer:
             target_ns = self.min_time * 1e9
             n = 1
             elapsed = max(min(first, probe), 1)
-            # grow the repeat count until one run passes min_time
+            # grow the repeat count until one run passes min_time; these
+            # calibration runs are not timed runs (the first batch is often
+            # slow, and a slow kernel's min would be over more calls)
             while elapsed < target_ns and n < self.max_repeats:
                 n = min(self.max_repeats, max(2 * n, math.ceil(n * 1.1 * target_ns / elapsed)))
                 elapsed = max(self._time(call, n), 1)
-            runs = [elapsed / n]
-            for _ in range(self.runs - 1):
-                runs.append(self._time(call, n) / n)
+            runs = [self._time(call, n) / n for _ in range(self.runs)]
         except MeasureError:
             raise
         except Exception as e:
             raise MeasureError("run", _error_text(e)) from None
         finally:
             del args
-        runs = [float(r) for r in runs[: self.runs]]
+        runs = [float(r) for r in runs]
         return min(runs), runs
 
 
