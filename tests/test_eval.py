@@ -133,6 +133,20 @@ def test_tile_task_metrics_and_xla_default(tmp_path):
     assert "TileAPE%" in r.stdout and "all kernels" in r.stdout
 
 
+def test_xla_default_leaves_out_kernels_without_a_default(tmp_path):
+    # k2 loses its is_default record: xla-default is judged on k1 alone (its
+    # 2nd best pick: 10 of 10), not charged k2's slowest config
+    recs = [r for r in _tile_records() if not (r["kernel"] == "k2" and r["is_default"])]
+    r = CliRunner().invoke(cli, ["--predicted", "--no-baseline", "--format", "json",
+                                 _shard(tmp_path, recs)])
+    assert r.exit_code == 0, r.output
+    xla = json.loads(r.stdout)["programs"][0]["metrics"]["xla-default"]
+    assert xla["kernels"] == 1
+    assert xla["tile_ape"] == pytest.approx(100 * 10 / 10)
+    assert xla["top1"] == pytest.approx(100.0)
+    assert "1 kernel(s) have no config marked is_default" in r.stderr
+
+
 def test_plot_written(tmp_path):
     from tpuperf_cli.eval.baseline import Baseline
 

@@ -87,11 +87,13 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
     records' baseline_ns when they carry it (`tpuperf baseline apply`),
     and for tile data XLA's own choice ("xla-default", the config marked
     is_default; Tile-Size APE and top-1 only; with no other predictor,
-    eval shows just that).
+    eval shows just that; a kernel with no config marked is_default is left
+    out of its figures, with a warning).
 
-    On XLA:CPU every kernel pays a few microseconds of dispatch (4 to 6 us
-    on the example corpus), so the 5 us threshold keeps nearly every kernel
-    there; --min-us 20 keeps those whose runtime is not mostly overhead.
+    On XLA:CPU every kernel pays a few microseconds of dispatch (the fastest
+    kernels of the example corpus take 3 to 4 us; a quarter of them are
+    under 5 us), so most kernels pass the 5 us threshold there; --min-us 20
+    keeps those whose runtime is not mostly overhead.
 
     --format json writes one object: task, predictors, records,
     skipped_unmeasured, and for the fusion task threshold_ns, programs
@@ -108,8 +110,9 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
     form for ablations.
 
     --plot FILE.png writes a log-log scatter of predicted vs measured
-    runtime per predictor (one colour per program, the identity line) and
-    per-program error bars.
+    runtime for each of the first four predictors that predict runtimes
+    (one colour per program, the identity line) and per-program error
+    bars for all of them.
 
     \b
     Examples:
@@ -157,8 +160,11 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
             predictions[_unique(list(predictions) + ["baseline"])[-1]] = base
     choice_only = []
     if chosen_task == "tile" and d.is_default.any():
-        predictions["xla-default"] = report.default_choice(d)
+        predictions["xla-default"], missing = report.default_choice(d)
         choice_only.append("xla-default")
+        if missing:
+            click.echo(f"eval: warning: {missing} kernel(s) have no config marked is_default; "
+                       "they are left out of the xla-default figures", err=True)
 
     if not predictions:
         raise click.UsageError("nothing to evaluate: give --model, --predicted or --baseline"

@@ -136,7 +136,7 @@ def _ranked(pred, true):
 def _groups(groups):
     for pred, true in groups:
         p, t = _arrays(pred, true)
-        if p.size == 0:
+        if p.size == 0 or np.isnan(p).all():  # no configs, or no prediction for this kernel
             continue
         if np.any(~(t > 0)):
             raise ValueError("measured runtimes must be positive")

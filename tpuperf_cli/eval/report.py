@@ -73,8 +73,19 @@ class EvalData:
 
 
 def default_choice(data):
-    """XLA's own pick as a predictor: 0 for the is_default config, 1 else."""
-    return np.where(data.is_default, 0.0, 1.0)
+    """XLA's own pick as a predictor: 0 for the is_default config, 1 else;
+    NaN (no prediction: the kernel is left out) for every config of a kernel
+    none of whose configs is marked is_default.
+
+    Returns (predictions, number of kernels left out).
+    """
+    pred = np.where(data.is_default, 0.0, 1.0)
+    missing = 0
+    for idx in m.group_indices(list(zip(data.program, data.kernel))).values():
+        if not data.is_default[idx].any():
+            pred[idx] = np.nan
+            missing += 1
+    return pred, missing
 
 
 # ---------------------------------------------------------------- evaluate
