@@ -153,7 +153,7 @@ def one_seed(work, graphs, seed, args, log):
 def git_rev():
     """HEAD's short commit, with "+changes" when tracked files differ from it."""
     def git(*args):
-        return subprocess.run(["git", "-C", ROOT, *args], capture_output=True,
+        return subprocess.run(["git", "-C", HERE, *args], capture_output=True,
                               text=True).stdout.strip()
     try:
         rev = git("log", "-1", "--format=%h") or "?"
