@@ -66,6 +66,22 @@ ENTRY %main (a: bf16[16,16], b: f16[16], c: f32[8], d: s32[3], e: pred[5], f: u8
 }
 """
 
+# sub-byte and 8-bit float types (quantized kernels)
+NARROW_DTYPES = """HloModule narrow
+
+ENTRY %main (a: s4[8], b: u4[8], c: f8e4m3fn[8], d: f8e5m2[8]) -> (s8[8], u8[8], f32[8], f32[8]) {
+  %a = s4[8]{0} parameter(0)
+  %b = u4[8]{0} parameter(1)
+  %c = f8e4m3fn[8]{0} parameter(2)
+  %d = f8e5m2[8]{0} parameter(3)
+  %a2 = s8[8]{0} convert(%a)
+  %b2 = u8[8]{0} convert(%b)
+  %c2 = f32[8]{0} convert(%c)
+  %d2 = f32[8]{0} convert(%d)
+  ROOT %t = (s8[8], u8[8], f32[8], f32[8]) tuple(%a2, %b2, %c2, %d2)
+}
+"""
+
 # integer operands that index: they must stay in bounds
 INDEXING = """HloModule indexing
 
@@ -221,8 +237,9 @@ def test_fusion_kernel_runs(measurer):
     assert t > 0 and all(r >= t for r in runs)
 
 
-def test_every_dtype_gets_inputs(measurer):
-    t, _ = measurer.measure(DTYPES)
+@pytest.mark.parametrize("hlo", [DTYPES, NARROW_DTYPES], ids=["common", "narrow"])
+def test_every_dtype_gets_inputs(measurer, hlo):
+    t, _ = measurer.measure(hlo)
     assert t > 0
 
 
@@ -335,6 +352,28 @@ def test_cache_round_trip(tmp_path):
     assert c.get("g", "k")["error_kind"] == "compile"
     assert c.get("f", "other-target") is None
     assert len(c) == 2
+
+
+def test_timeouts_are_not_cached_other_failures_are(tmp_path):
+    from tpuperf_cli.measure import MeasureSession
+    from tpuperf_cli.measure.cache import Cache
+    from tpuperf_cli.measure.runner import MeasureError
+
+    class Failing:
+        key, target, min_time = "k" * 16, {"platform": "cpu"}, 0.001
+
+        def __init__(self, kind):
+            self.kind = kind
+
+        def measure(self, text):
+            raise MeasureError(self.kind, "no luck")
+
+    for kind, cached in (("timeout", 0), ("compile", 1)):
+        cache = Cache(tmp_path / kind)
+        MeasureSession(Failing(kind), cache).update(kernel("f", FUSION))
+        cache.close()
+        with sqlite3.connect(tmp_path / kind / "measurements.sqlite3") as db:
+            assert db.execute("SELECT COUNT(*) FROM measurement").fetchone()[0] == cached, kind
 
 
 def test_parse_duration():

@@ -163,7 +163,8 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
     inside the kernel (and TPU tiling such as T(8,128)) are chosen again by
     the compiler.
 
-    The cache: each measurement (or failure) is stored under the kernel's
+    The cache: each measurement (or failure, but for a timeout, which
+    depends on the load and --timeout) is stored under the kernel's
     fingerprint (a hash of its text when the record has none) and the
     target, in an sqlite3 file in --cache-dir, committed one by one. A
     second run of the same pipeline times nothing again, an interrupted run

@@ -15,6 +15,10 @@ from .runner import MeasureError, hlo_fingerprint  # noqa: F401  (jax loads lazi
 
 RESULT_FIELDS = ("runtime_ns", "runs", "target", "error")
 
+# failures that say more about the moment (machine load, --timeout) than
+# about the kernel: not cached, so the next run tries again
+TRANSIENT_ERRORS = frozenset({"timeout"})
+
 
 class MeasureSession:
     """Adds measurements to records, one at a time.
@@ -52,7 +56,7 @@ class MeasureSession:
             except MeasureError as e:
                 result = {"runtime_ns": None, "runs": None, "error": str(e), "error_kind": e.kind}
             self.timed += 1
-            if self.cache is not None:
+            if self.cache is not None and result["error_kind"] not in TRANSIENT_ERRORS:
                 self.cache.put(fingerprint, self.measurer.key, self.measurer.target,
                                result["runtime_ns"], result["runs"], result["error"],
                                result["error_kind"], self.measurer.min_time)

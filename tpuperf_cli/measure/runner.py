@@ -423,8 +423,8 @@ class Measurer:
             kind = dtype.kind
             if dtype == np.bool_:
                 host = rng.random(dims) < 0.5
-            elif kind in "iu":
-                host = np.zeros(dims, dtype)
+            elif kind in "iu" or dtype.name in ("int4", "uint4", "int2", "uint2"):
+                host = np.zeros(dims, dtype)  # ml_dtypes' sub-byte ints are kind "V"
             elif kind == "c":
                 host = (rng.uniform(0.5, 1.5, dims) + 1j * rng.uniform(0.5, 1.5, dims)).astype(dtype)
             elif kind == "f" or dtype.name.startswith(("bfloat", "float")):
