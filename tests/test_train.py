@@ -63,6 +63,17 @@ def test_example_rejects_kernel_record_with_featurize_hint():
         example(rec, 7, "in.zst")
 
 
+def test_graph_record_lacking_a_field_is_told_which_not_to_featurize():
+    rec = synthetic_records(1, 1)[0]
+    rec["hlo"] = "HloModule m"            # graph records carry the kernel's hlo too
+    del rec["edge_index"]
+    with pytest.raises(StreamError) as e:
+        example(rec, 3, "in.zst")
+    msg = str(e.value)
+    assert "record 3" in msg and "lacks field(s) edge_index" in msg, msg
+    assert "featurize first" not in msg and "not a graph record" not in msg, msg
+
+
 def test_example_checks_shapes():
     rec = synthetic_records(1, 1)[0]
     rec["node_feat"] = np.zeros((2, 3), np.float32)

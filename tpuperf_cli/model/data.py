@@ -120,17 +120,18 @@ class _Where:
 
 def example(record, number=None, name=None):
     """An Example from a graph record; StreamError naming the record if it is
-    not one (a kernel record without node features gets a hint to featurize)."""
+    not one (a kernel record, with none of the graph fields, gets a hint to
+    featurize; a record lacking only some of them is told which)."""
     where = _Where(record, number, name)
     if "node_feat" not in record or "node_opcode" not in record or "edge_index" not in record:
         missing = [f for f in GRAPH_FIELDS if f not in record]
-        if record.get("type") == "kernel" or "hlo" in record:
+        if len(missing) == len(GRAPH_FIELDS) and (record.get("type") == "kernel" or "hlo" in record):
             raise StreamError(f"{where}: no node features (a {record.get('type', '?')} record, "
                               f"not a graph record): run featurize first, e.g. "
                               f"`hlo-split prog.hlo | featurize | predict`")
-        raise StreamError(f"{where}: missing field(s) {', '.join(missing)} "
-                          f"(type {record.get('type', '?')!r}; predict and train read "
-                          f"graph records written by featurize)")
+        raise StreamError(f"{where}: {record.get('type', 'untyped')} record lacks field(s) "
+                          f"{', '.join(missing)} (predict and train read graph records "
+                          f"written by featurize: {', '.join(GRAPH_FIELDS)})")
     opcode = _array(record, "node_opcode", where, "int").ravel()
     feat = _array(record, "node_feat", where, "<f4")
     edges = _array(record, "edge_index", where, "int")
