@@ -551,3 +551,23 @@ def test_cli_missing_file_exits_1():
     p = _run(["/nonexistent/x.hlo"])
     assert p.returncode in (1, 2) and b"Traceback" not in p.stderr
     assert b"x.hlo" in p.stderr
+
+
+def test_cli_truncated_zstd_input_is_an_error(tmp_path):
+    import zstandard
+
+    text = (DATA / "gpu_style.hlo").read_bytes()
+    z = tmp_path / "cut.hlo.zst"
+    z.write_bytes(zstandard.ZstdCompressor().compress(text)[:-5])
+    p = _run([str(z)])
+    assert p.returncode == 1, p.stderr
+    assert f"{z}: truncated zstd stream".encode() in p.stderr and b"Traceback" not in p.stderr
+    assert p.stdout == b""
+    # a module compressed as several frames is read whole, not just its first frame
+    c = zstandard.ZstdCompressor()
+    z.write_bytes(c.compress(text[:1000]) + c.compress(text[1000:]))
+    p = _run(["-q", str(z)])
+    assert p.returncode == 0, p.stderr
+    import io
+
+    assert len(list(read_records(io.BytesIO(p.stdout)))) == 17

@@ -103,3 +103,69 @@ def test_writer_to_zst_path_compresses(tmp_path):
     assert raw[:4] == b"\x28\xb5\x2f\xfd"
     assert zstandard.ZstdDecompressor().decompressobj().decompress(raw)
     assert list(read_records(str(path))) == [{"a": 1}]
+
+
+def test_truncated_zstd_is_an_error_after_the_records_before_the_cut():
+    # zstandard's stream_reader reads a cut frame as a shorter stream: a
+    # `head -c` of a .zst file must not pass for a whole one
+    rng = np.random.default_rng(0)
+    recs = [{"i": i, "pad": rng.bytes(100)} for i in range(3000)]
+    data = _stream(recs, True)
+    assert len(data) > 300000      # several zstd blocks
+    for cut in (5000, len(data) // 2, len(data) - 1):
+        got = []
+        with pytest.raises(StreamError, match=r"s\.zst: record \d+: truncated zstd stream"):
+            for r in read_records(io.BytesIO(data[:cut]), name="s.zst"):
+                got.append(r["i"])
+        assert got == list(range(len(got)))
+    assert len(got) > 1000         # what was decoded before the cut is kept
+    # a cut right after the magic number is no empty stream either
+    with pytest.raises(StreamError, match="truncated zstd stream"):
+        list(read_records(io.BytesIO(data[:4]), name="s.zst"))
+
+
+def test_truncated_zstd_file_names_the_file(tmp_path):
+    path = tmp_path / "t.zst"
+    path.write_bytes(_stream([{"i": i, "pad": "y" * 64} for i in range(50)], True)[:-3])
+    with pytest.raises(StreamError, match=f"{path}: record .*truncated zstd stream"):
+        list(read_records(str(path)))
+
+
+def test_zstd_frames_cut_between_frames_read_whole():
+    one = _stream([{"a": 1}], True)
+    assert list(read_records(io.BytesIO(one + one))) == [{"a": 1}, {"a": 1}]
+    with pytest.raises(StreamError, match="truncated zstd stream"):
+        list(read_records(io.BytesIO(one + one[:-2])))
+
+
+def test_zstd_decompress_reads_every_frame_and_rejects_a_cut_one():
+    from tpuperf_cli.stream import zstd_decompress
+
+    c = zstandard.ZstdCompressor()
+    data = c.compress(b"abc" * 1000) + c.compress(b"xyz")
+    assert zstd_decompress(data, "f.zst") == b"abc" * 1000 + b"xyz"
+    with pytest.raises(StreamError, match=r"^f\.zst: truncated zstd stream"):
+        zstd_decompress(data[:-4], "f.zst")
+
+
+def test_featurize_on_truncated_zstd_exits_nonzero(tmp_path):
+    # the audit's reproduction: `head -c 5000 some.zst > t.zst; featurize t.zst`
+    # wrote 0 records and exited 0
+    import pathlib
+
+    from tpuperf_cli.hlo.parser import parse_file
+    from tpuperf_cli.hlo.split import kernel_records
+
+    hlo = pathlib.Path(__file__).parent / "data" / "hlo" / "gpu_style.hlo"
+    rng = np.random.default_rng(1)
+    kernels = list(kernel_records(parse_file(str(hlo))))
+    recs = [dict(r, nonce=rng.bytes(64)) for r in kernels * 10]
+    data = _stream(recs, True)
+    assert len(data) > 5000
+    path = tmp_path / "t.zst"
+    path.write_bytes(data[:5000])
+    p = subprocess.run([sys.executable, "-m", "tpuperf_cli", "featurize", str(path)],
+                       capture_output=True)
+    assert p.returncode != 0
+    assert b"truncated zstd stream" in p.stderr and str(path).encode() in p.stderr
+    assert b"Traceback" not in p.stderr

@@ -86,10 +86,80 @@ def open_input(source=None):
         raw = source
     buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw)
     if buffered.peek(4)[:4] == ZSTD_MAGIC:
+        return ZstdReader(buffered)
+    return buffered
+
+
+class TruncatedZstd(StreamError):
+    """A zstd stream that ends inside a frame."""
+
+
+class ZstdReader:
+    """Decompresses a zstd stream of one or more frames, read(n) at a time.
+
+    zstandard's stream_reader returns b"" at the end of the input even when
+    the last frame is incomplete, so a cut file would read as a shorter one.
+    This reader raises TruncatedZstd instead, once everything decoded before
+    the cut has been returned.
+    """
+
+    def __init__(self, raw):
         import zstandard
 
-        return zstandard.ZstdDecompressor().stream_reader(buffered, read_across_frames=True)
-    return buffered
+        self._raw = raw
+        self._dctx = zstandard.ZstdDecompressor()
+        self._obj = None          # decompressor of the frame being read, if any
+        self._out = bytearray()
+        self._eof = False
+
+    def _feed(self, data):
+        while data:
+            if self._obj is None:
+                self._obj = self._dctx.decompressobj()
+            self._out += self._obj.decompress(data)
+            if not self._obj.eof:
+                return
+            data = self._obj.unused_data      # the next frame starts here
+            self._obj = None
+
+    def read(self, n=-1):
+        while not self._eof and (n is None or n < 0 or len(self._out) < n):
+            chunk = self._raw.read(_CHUNK)
+            if not chunk:
+                self._eof = True
+                break
+            self._feed(chunk)
+        if self._eof and not self._out and self._obj is not None:
+            self._obj = None
+            raise TruncatedZstd("truncated zstd stream (the input ends inside a compressed frame)")
+        if n is None or n < 0 or n >= len(self._out):
+            out, self._out = bytes(self._out), bytearray()
+        else:
+            out = bytes(self._out[:n])
+            del self._out[:n]
+        return out
+
+    def close(self):
+        self._raw.close()
+
+
+def zstd_decompress(data, name):
+    """The whole content of zstd data (bytes) of one or more frames; a
+    truncated last frame raises StreamError naming `name`."""
+    reader = ZstdReader(io.BytesIO(data))
+    out = []
+    try:
+        while True:
+            chunk = reader.read(_CHUNK * 16)
+            if not chunk:
+                return b"".join(out)
+            out.append(chunk)
+    except TruncatedZstd as e:
+        raise StreamError(f"{name}: {e}") from None
+    except StreamError:
+        raise
+    except Exception as e:  # zstd frame errors
+        raise StreamError(f"{name}: cannot decompress zstd data: {e}") from None
 
 
 def read_records(source=None, name=None):
@@ -107,6 +177,8 @@ def read_records(source=None, name=None):
         while True:
             try:
                 chunk = f.read(_CHUNK)
+            except TruncatedZstd as e:
+                raise StreamError(f"{name}: record {number + 1}: {e}") from None
             except Exception as e:  # zstd frame errors and the like
                 raise StreamError(f"{name}: record {number + 1}: cannot read stream: {e}") from None
             if not chunk:

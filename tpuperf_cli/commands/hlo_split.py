@@ -23,12 +23,9 @@ def _read_text(source):
             raise TpuperfError(f"{source}: {e.strerror}") from None
         name = source
     if data[:4] == b"\x28\xb5\x2f\xfd":
-        import zstandard
+        from tpuperf_cli.stream import zstd_decompress
 
-        try:
-            data = zstandard.ZstdDecompressor().stream_reader(data).read()
-        except zstandard.ZstdError as e:
-            raise TpuperfError(f"{name}: cannot decompress: {e}") from None
+        data = zstd_decompress(data, name)    # every frame; a cut one is an error
     return data.decode("utf-8", errors="replace"), name
 
 
