@@ -110,6 +110,47 @@ def test_kernel_record_stops_after_writing_the_good_ones(trained):
     assert len(got) == 2 and all("pred_ns" in r for r in got)
 
 
+@pytest.mark.parametrize("kernel_feat, got", [(None, "got none (no kernel_feat field)"),
+                                               (np.zeros(3, np.float32), "got 3"),
+                                               (np.zeros(6, np.float32), "got 6")])
+def test_wrong_kernel_feat_is_a_one_line_error_after_the_good_records(trained, kernel_feat, got):
+    recs = synthetic_records(n_programs=1, kernels=3, seed=13)
+    if kernel_feat is None:
+        del recs[1]["kernel_feat"]
+    else:
+        recs[1]["kernel_feat"] = kernel_feat
+    res = run(["--model", str(trained)], stream(recs))
+    err = res.stderr.decode()
+    assert res.returncode == 1 and "Traceback" not in err, err
+    assert err.count("\n") == 1 and err.startswith("predict: error: <stdin>: record 2 (synth0/fusion.1)")
+    assert f"expected 5 kernel features in kernel_feat, {got}" in err, err
+    out = decode(res.stdout)
+    assert [r["kernel"] for r in out] == ["fusion.0"] and out[0]["pred_ns"] > 0
+    # the library: predict_examples (tpuperf eval) names the example too
+    with pytest.raises(StreamError, match="example 2 .synth0/fusion.1.: expected 5 kernel features"):
+        load_model(str(trained)).predict_examples([example(r) for r in recs])
+
+
+def test_wrong_node_and_config_widths_are_one_line_errors(trained):
+    recs = synthetic_records(n_programs=1, kernels=3, seed=13)
+    recs[1]["node_feat"] = np.zeros((recs[1]["node_opcode"].size, 139), np.float32)
+    res = run(["--model", str(trained)], stream(recs))
+    err = res.stderr.decode()
+    assert res.returncode == 1 and "Traceback" not in err and "record 2 (synth0/fusion.1)" in err
+    assert "node_feat has shape" in err and len(decode(res.stdout)) == 1
+    recs = synthetic_records(n_programs=1, kernels=3, seed=13)
+    recs[2]["config_feat"] = np.zeros(23, np.float32)
+    res = run(["--model", str(trained)], stream(recs))
+    err = res.stderr.decode()
+    assert res.returncode == 1 and "Traceback" not in err and "record 3 (synth0/fusion.2)" in err
+    assert "config_feat has 23 values, expected 24" in err and len(decode(res.stdout)) == 2
+    recs = synthetic_records(n_programs=1, kernels=3, seed=13)
+    recs[1]["kernel_feat"] = {"dtype": "<f4", "data": b"\0" * 20}       # an array map without shape
+    res = run(["--model", str(trained)], stream(recs))
+    err = res.stderr.decode()
+    assert res.returncode == 1 and "Traceback" not in err and "kernel_feat" in err, err
+
+
 def test_target_mismatch_warns_once(trained):
     recs = synthetic_records(n_programs=1, kernels=4, seed=14,
                              target={"platform": "tpu", "device_kind": "TPU v4", "chip": "v4"})

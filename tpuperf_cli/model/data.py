@@ -93,6 +93,8 @@ def _array(record, field, where, dtype):
         else:
             a = np.asarray(value)
         return np.asarray(a, dtype=np.int64 if dtype == "int" else np.dtype(dtype))
+    except KeyError as e:
+        raise StreamError(f"{where}: field {field!r}: array map lacks {e}") from None
     except (StreamError, TypeError, ValueError) as e:
         raise StreamError(f"{where}: field {field!r}: {e}") from None
 
@@ -165,6 +167,18 @@ def example(record, number=None, name=None):
 _NO_CONFIG = np.zeros(CONFIG_FEATURES, np.float32)
 
 
+def kernel_features_error(ex, expected, where, record=None, why=""):
+    """The message for an example whose kernel_feat does not have the
+    `expected` length (None when it has), e.g. "in.zst: record 4 (p/k):
+    expected 5 kernel features in kernel_feat, got 3" + why."""
+    got = ex.kernel_feat.size
+    if got == expected:
+        return None
+    what = "none (no kernel_feat field)" if record is not None and record.get("kernel_feat") is None \
+        else str(got)
+    return f"{where}: expected {expected} kernel features in kernel_feat, got {what}{why}"
+
+
 def topological_order(ex):
     """Node order with every operand before its users (node index order when
     featurize already wrote them so, as it does for HLO)."""
@@ -230,8 +244,8 @@ class Scaler:
         if self.kernel_features is None:
             self.kernel_features = ex.kernel_feat.size
         if ex.kernel_feat.size != self.kernel_features:
-            raise StreamError(f"{where}: kernel_feat has {ex.kernel_feat.size} values, "
-                              f"others have {self.kernel_features}")
+            raise StreamError(kernel_features_error(ex, self.kernel_features, where,
+                                                    why=f"; the records before it have {self.kernel_features}"))
         node = slog(ex.node_feat)
         kc = slog(np.concatenate([ex.kernel_feat, ex.config_feat]))
         lo = np.concatenate([node.min(0), kc])
@@ -445,8 +459,10 @@ class Corpus:
                 continue
             yield example(record, number, name), record, number, name
 
-    def scan(self, scaler=None):
-        """The first pass: fit scaler (if given), count programs, cache if it fits."""
+    def scan(self, scaler=None, kernel_features=None):
+        """The first pass: fit scaler (if given), count programs, cache if it
+        fits. kernel_features: the kernel_feat length every example must
+        have (that of a scaling learnt before), StreamError otherwise."""
         cache = {}
         keep = True
         groups = {}
@@ -458,6 +474,10 @@ class Corpus:
                     continue
                 if scaler is not None:
                     scaler.update(ex, where_of(record, number, name))
+                elif kernel_features is not None and ex.kernel_feat.size != kernel_features:
+                    raise StreamError(kernel_features_error(
+                        ex, kernel_features, where_of(record, number, name), record,
+                        f"; the training data has {kernel_features}"))
                 self.examples += 1
                 key = target_key(record.get("target"))
                 if key is not None:

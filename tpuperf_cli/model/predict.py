@@ -39,7 +39,8 @@ import numpy as np
 from tpuperf_cli.errors import StreamError, TpuperfError
 from tpuperf_cli.model import (MODEL_FORMAT, MODEL_VERSION, check_device, default_model_path,
                                set_threads)
-from tpuperf_cli.model.data import Scaler, example, make_batch, target_key
+from tpuperf_cli.model.data import (Scaler, example, kernel_features_error, make_batch, target_key,
+                                    where_of)
 
 REQUIRED = ("format", "version", "name", "task", "config", "state_dict", "scaling")
 
@@ -71,6 +72,7 @@ class Model:
 
         from tpuperf_cli.model.net import to_device
 
+        self.check_examples(examples)
         out = np.empty(len(examples), np.float64)
         with torch.no_grad():
             for start in range(0, len(examples), batch_size):
@@ -78,6 +80,20 @@ class Model:
                 y = self.net(to_device(self.batch(chunk), self.device))
                 out[start:start + len(chunk)] = self.scaler.runtime(y.cpu().numpy())
         return out
+
+    def fits(self, ex, where, record=None):
+        """None if the example has the kernel features this model reads, else
+        the message saying what is wrong."""
+        return kernel_features_error(ex, self.scaler.kernel_features, where, record,
+                                     f"; model {self.name} was trained with {self.scaler.kernel_features}")
+
+    def check_examples(self, examples):
+        """StreamError naming the first example this model cannot read."""
+        kf = self.scaler.kernel_features
+        for i, ex in enumerate(examples, 1):
+            if ex.kernel_feat.size != kf:
+                what = f"{ex.program}/{ex.kernel}" if ex.program or ex.kernel else "?"
+                raise StreamError(self.fits(ex, f"example {i} ({what})"))
 
     def describe(self):
         t = self.meta.get("trained") or {}
@@ -239,8 +255,9 @@ def predict_records(records, model=None, batch_size=512, name="input", warn=None
 
     model: a Model, a path, or None for the bundled model. Records are
     predicted batch_size at a time and come out in input order. When a
-    record cannot be read (not a graph record), the records before it are
-    still yielded, then StreamError is raised. Warns once (through warn, by
+    record cannot be read (not a graph record, or features of another width
+    than the model's), the records before it are still yielded, then
+    StreamError is raised. Warns once (through warn, by
     default a line on stderr) when the records were measured on another
     target than the model's training data.
     """
@@ -267,6 +284,10 @@ def predict_records(records, model=None, batch_size=512, name="input", warn=None
             ex = example(record, number, name)
         except StreamError as e:
             error = e
+            break
+        wrong = model.fits(ex, where_of(record, number, name), record)
+        if wrong:
+            error = StreamError(wrong)
             break
         target = record.get("target")
         if not warned and target is not None and target != checked \

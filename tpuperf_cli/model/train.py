@@ -237,7 +237,7 @@ def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
         scaler.finish()
     else:
         scaler = Scaler.from_dict(state["scaling"])
-        train_set.scan()
+        train_set.scan(kernel_features=scaler.kernel_features)
     if train_set.examples == 0:
         raise TpuperfError("no training examples with runtime_ns in " + ", ".join(data)
                            + (f" (programs of {split} 'train')" if split else ""))
@@ -246,9 +246,10 @@ def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
     valid_set = None
     if valid:
         valid_set = Corpus(expand(valid, "--valid"), valid_programs, opts.task,
-                           opts.memory_mb, opts.configs).scan()
+                           opts.memory_mb, opts.configs).scan(kernel_features=scaler.kernel_features)
     elif valid_programs:
-        valid_set = Corpus(paths, valid_programs, opts.task, opts.memory_mb, opts.configs).scan()
+        valid_set = Corpus(paths, valid_programs, opts.task, opts.memory_mb,
+                           opts.configs).scan(kernel_features=scaler.kernel_features)
     if valid_set is not None and valid_set.examples == 0:
         progress("train: warning: no validation examples; training all epochs without early stopping")
         valid_set = None
