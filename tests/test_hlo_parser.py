@@ -172,6 +172,73 @@ ENTRY %e {{
     assert A.literal_values(lit, limit=30000)[-1] == 9999.5
 
 
+# A fused computation, then an ENTRY whose last line is `ROOT %r = f32[2]{0} ` + the rest.
+_F = "HloModule m\nf {\n  ROOT p = f32[2]{0} parameter(0)\n}\nENTRY %e {\n  %a = f32[2]{0} parameter(0)\n"
+_W = ("HloModule m\nc {\n  p = s32[] parameter(0)\n  ROOT t = pred[] constant(true)\n}\n"
+      "b {\n  ROOT p = s32[] parameter(0)\n}\nENTRY e {\n  a = s32[] parameter(0)\n")
+
+
+@pytest.mark.parametrize("text,where,what", [
+    # a file cut right after `calls=` (was an IndexError)
+    (_F + "  ROOT %r = f32[2]{0} fusion(%a), kind=kLoop, calls=", "7:53",
+     "expected a computation name after 'calls='"),
+    (_F + "  ROOT %r = f32[2]{0} fusion(%a), kind=kLoop, calls=, metadata={}\n}\n", "7:53",
+     "expected a computation name after 'calls='"),
+    # XLA: calls/to_apply/body/... take one name, not a braced list
+    (_F + "  ROOT %r = f32[2]{0} fusion(%a), kind=kLoop, calls={f}\n}\n", "7:53",
+     "computation name after 'calls='"),
+    (_F + "  ROOT %r = f32[2]{0} fusion(%a), kind=kLoop, calls=f g\n}\n", "7:53",
+     "found 'f g'"),
+    # ... and called_computations a braced one
+    (_F + '  ROOT %r = f32[2]{0} custom-call(%a), custom_call_target="x", called_computations=f\n}\n',
+     "7:84", "expected '{' (a list of computation names) after 'called_computations='"),
+    (_F + '  ROOT %r = f32[2]{0} custom-call(%a), custom_call_target="x", '
+          'called_computations={f,,f}\n}\n', "7:84",
+     "expected a computation name after 'called_computations='"),
+    # `body={}` on a while (was a KeyError in hlo-split)
+    (_W + "  ROOT w = s32[] while(a), condition=c, body={}\n}\n", "11:46",
+     "expected a computation name after 'body='"),
+    # callees come before their callers, as XLA's parser wants: no cycles
+    (_W + "  ROOT w = s32[] while(a), condition=c, body=e\n}\n", "11:1",
+     "'e', which is not defined before 'e'"),
+    ("HloModule m\nENTRY e {\n  a = f32[2] parameter(0)\n  ROOT r = f32[2] call(a), to_apply=f\n}\n"
+     "f {\n  ROOT p = f32[2] parameter(0)\n}\n", "4:1", "'f', which is not defined before 'e'"),
+    # bad tiles and memory spaces in a layout (was a ValueError from int())
+    ("HloModule m\nENTRY e {\n  ROOT a = f32[4]{0:T(a,b)} parameter(0)\n}\n", "3:22",
+     "expected tile sizes (integers or '*') in T(...), found 'a,b'"),
+    ("HloModule m\nENTRY e {\n  ROOT a = f32[4,8]{1,0:T(8,128)(2,x)} parameter(0)\n}\n", "3:33",
+     "found '2,x'"),
+    ("HloModule m\nENTRY e {\n  ROOT a = f32[4]{0:T(4,)} parameter(0)\n}\n", "3:22", "found '4,'"),
+    ("HloModule m\nENTRY e {\n  ROOT a = f32[4]{0:T(-2)} parameter(0)\n}\n", "3:22", "found '-2'"),
+    ("HloModule m\nENTRY e {\n  ROOT a = f32[4]{0:S(x)} parameter(0)\n}\n", "3:23",
+     "expected an integer memory space in S(...)"),
+])
+def test_malformed_attributes_and_layouts_are_parse_errors(text, where, what):
+    with pytest.raises(ParseError) as e:
+        parse_module(text, "f.hlo")
+    msg = str(e.value)
+    assert msg.startswith(f"f.hlo:{where}:"), msg
+    assert what in msg, msg
+    if "T(-" in text:
+        return                      # XLA's parser aborts the process (a CHECK) on this one
+    with pytest.raises(Exception) as x:
+        xla_view(text)              # XLA's parser rejects each too
+    assert "parse" in str(x.value).lower() or "error" in str(x.value).lower()
+
+
+def test_good_tiles_and_call_lists():
+    m = parse_module("HloModule m\nENTRY e {\n  ROOT a = f32[4,8]{1,0:T(2,*)(1)T( 4 )S(1)} "
+                     "parameter(0)\n}\n")
+    assert m.entry.root.shape.tiles == ((2, -1), (1,)) and m.entry.root.shape.memory_space == 1
+    m = parse_module("HloModule m\nENTRY e {\n  ROOT a = f32[4]{0:T()} parameter(0)\n}\n")
+    assert m.entry.root.shape.tiles == ((),)
+    text = _F + '  ROOT %r = f32[2]{0} custom-call(%a), custom_call_target="x", called_computations={}\n}\n'
+    assert parse_module(text).entry.root.called == []
+    _same_as_xla(text)
+    text = _F + '  ROOT %r = f32[2]{0} custom-call(%a), custom_call_target="x", called_computations={%f, f}\n}\n'
+    assert parse_module(text).entry.root.called == ["f", "f"]
+
+
 @pytest.mark.parametrize("text,where,what", [
     ("", "1:1", "empty input"),
     ("HloModule m\n", "1:1", "no computation"),

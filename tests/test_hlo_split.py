@@ -571,3 +571,93 @@ def test_cli_truncated_zstd_input_is_an_error(tmp_path):
     import io
 
     assert len(list(read_records(io.BytesIO(p.stdout)))) == 17
+
+
+# ---------------------------------------------------------------- malformed input
+
+_WHILE = """HloModule m
+%cond (p: s32[]) -> pred[] {
+  %p = s32[] parameter(0)
+  ROOT %t = pred[] constant(true)
+}
+%body (p: s32[]) -> s32[] {
+  %p = s32[] parameter(0)
+  ROOT %n = s32[] negate(%p)
+}
+ENTRY %e (a: s32[]) -> s32[] {
+  %a = s32[] parameter(0)
+  ROOT %w = s32[] while(%a), condition=%cond, body=BODY, backend_config=CONFIG
+}
+"""
+
+
+@pytest.mark.parametrize("text,where,what", [
+    # the audit's cases, each a Python traceback (exit 1) before
+    (_WHILE.replace("BODY", "{}").replace(", backend_config=CONFIG", ""), ":12:52:",
+     "expected a computation name after 'body='"),
+    ("HloModule m\nENTRY %e {\n  ROOT %a = f32[4]{0:T(a,b)} parameter(0)\n}\n", ":3:23:",
+     "expected tile sizes"),
+])
+def test_cli_malformed_attributes_exit_2(tmp_path, text, where, what):
+    path = tmp_path / "bad.hlo"
+    path.write_text(text)
+    p = _run([str(path)])
+    err = p.stderr.decode()
+    assert p.returncode == 2 and "Traceback" not in err, err
+    assert f"{path}{where} {what}" in err, err
+    assert p.stdout == b""
+
+
+@pytest.mark.skipif(not (ROOT / "examples" / "hlo" / "bnmlp_m_train.hlo").exists(),
+                    reason="examples/hlo/bnmlp_m_train.hlo not generated yet")
+def test_cli_file_cut_after_calls_exits_2(tmp_path):
+    # `head -c 70590 examples/hlo/bnmlp_m_train.hlo`: an IndexError before
+    data = (ROOT / "examples" / "hlo" / "bnmlp_m_train.hlo").read_bytes()
+    cut = data[:data.index(b"calls=", 70000) + len(b"calls=")]
+    path = tmp_path / "t.hlo"
+    path.write_bytes(cut)
+    p = _run([str(path)])
+    err = p.stderr.decode()
+    line = cut.count(b"\n") + 1
+    assert p.returncode == 2 and "Traceback" not in err, err
+    assert f"{path}:{line}:" in err and "expected a computation name after 'calls='" in err, err
+
+
+def _library_entry(text):
+    """What hlo-split does with one module, short of writing records."""
+    return list(kernel_records(parse_module(text, "cut.hlo")))
+
+
+def test_truncated_files_parse_or_raise_parse_error():
+    # a small fuzz: every cut of a module either parses (and splits) or is a
+    # ParseError (`file:line:col: ...`, exit 2); never another exception
+    import random
+
+    from tpuperf_cli.errors import ParseError
+
+    rng = random.Random(1234)
+    sources = [DATA / "gpu_style.hlo", DATA / "tpu_style.hlo", DATA / "async_explicit.hlo",
+               DATA / "stack_frames.hlo"]
+    if EXAMPLES:
+        sources.append(pathlib.Path(min(EXAMPLES, key=os.path.getsize)))
+    for path in sources:
+        data = path.read_bytes()
+        offsets = sorted(set(rng.randrange(1, len(data)) for _ in range(200)))
+        parsed = 0
+        for cut in offsets:
+            text = data[:cut].decode("utf-8", errors="replace")
+            try:
+                _library_entry(text)
+                parsed += 1
+            except ParseError as e:
+                assert re.match(r"cut\.hlo:\d+:\d+: ", str(e)), str(e)
+        # and with the computations after the cut put back (a lost stretch
+        # in the middle of the file)
+        for cut in offsets[:50]:
+            end = min(len(data), cut + rng.randrange(1, 60))
+            text = (data[:cut] + data[end:]).decode("utf-8", errors="replace")
+            try:
+                _library_entry(text)
+            except ParseError as e:
+                assert re.match(r"cut\.hlo:\d+:\d+: ", str(e)), str(e)
+

@@ -62,6 +62,9 @@ CALL_ATTRS = ("calls", "to_apply", "body", "condition", "branch_computations",
               "select", "scatter")
 
 _CALL_SET = frozenset(CALL_ATTRS)
+# ... of which these take a braced list (XLA's kBracedHloComputationList),
+# the others exactly one name.
+_LIST_CALL_ATTRS = frozenset({"branch_computations", "called_computations"})
 
 # Sections that may follow the computations (stack-frame index).
 SECTIONS = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
@@ -76,11 +79,12 @@ _RE_HEAD = re.compile(r"[ \t]*(ROOT[ \t]+)?%?(" + _NAME + r")[ \t]*=[ \t]*"
 _RE_COMP = re.compile(r"[ \t]*(ENTRY[ \t]+)?%?(" + _NAME + r")[ \t]*(.*?)[ \t]*\{[ \t]*$")
 _RE_HEADER = re.compile(r"[ \t]*HloModule[ \t]+%?([^\s,]+)[ \t]*(?:,[ \t]*(.*))?$")
 _RE_CALLEE = re.compile(r"%?(" + _NAME + r")")
+_RE_CALLEE_FULL = re.compile(r"%?(" + _NAME + r")\Z")
 # Tokens that matter for bracket matching: whole strings, brackets, commas.
 _RE_TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"|[\[\](){},"]')
 _RE_PARENS = re.compile(r'"(?:[^"\\\n]|\\.)*"|[()"]')
 _RE_TILE = re.compile(r"T((?:\([^)]*\))+)")
-_RE_MEMSPACE = re.compile(r"S\((\d+)\)")
+_RE_MEMSPACE = re.compile(r"(?<![A-Z])S\(([^)]*)\)")
 _RE_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|/\*.*?\*/|//[^\n]*', re.S)
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
 
@@ -98,6 +102,25 @@ def _attr_regex(depth=4):
 
 
 _RE_ATTR = _attr_regex()
+
+
+def _value_pos(s, start, key):
+    """Where the value of attribute `key` starts in s (attributes from
+    start on); for error messages only."""
+    for off, piece in _split_top(s, start):
+        k = piece.find("=")
+        if k > 0 and piece[:k].strip() == key:
+            return off + k + 1 + len(piece[k + 1:]) - len(piece[k + 1:].lstrip())
+    return start
+
+
+def _bad_callee(key, value):
+    if not value:
+        return f"expected a computation name after '{key}='"
+    if value[0] == "{":
+        return (f"expected a computation name after '{key}=' (inline computations "
+                f"'{key}={{...}}' are not supported), found {value[:20]!r}")
+    return f"expected a computation name after '{key}=', found {value[:20]!r}"
 
 
 class _Unterminated(Exception):
@@ -273,16 +296,41 @@ def _array_shape(m, pos):
         if minor_to_major and sorted(minor_to_major) != list(range(len(dims))):
             raise ValueError((m.start(3), f"layout {layout} does not fit rank {len(dims)}"))
         if rest:
+            at = m.start(3) + 1 + len(body) - len(rest)        # where rest starts in the text
             t = _RE_TILE.search(rest)
             if t:
-                tiles = tuple(
-                    tuple(-1 if x.strip() == "*" else int(x) for x in grp.split(",") if x.strip())
-                    for grp in t.group(1)[1:-1].split(")("))
+                tiles = _tiles(t.group(1), at + t.start(1))
             ms = _RE_MEMSPACE.search(rest)
             if ms:
+                if not ms.group(1).strip().isdigit():
+                    raise ValueError((at + ms.start(1), f"expected an integer memory space in "
+                                                        f"S(...), found {ms.group(1)[:20]!r}"))
                 memory_space = int(ms.group(1))
     return Shape(etype, tuple(dims), tuple(dynamic), minor_to_major, tiles, memory_space,
                  text=m.group())
+
+
+def _tiles(text, pos):
+    """`(8,128)(2,1)` -> ((8, 128), (2, 1)); `*` (XLA's combined dimension)
+    is -1. pos is where text starts, for errors. XLA's parser wants each
+    size an integer (and aborts on a negative one); `T()` is an empty tile.
+    """
+    out = []
+    for grp in text[1:-1].split(")("):
+        sizes = []
+        items = grp.split(",")
+        for x in items:
+            v = x.strip()
+            if v == "*":
+                sizes.append(-1)
+            elif v.isdigit():
+                sizes.append(int(v))
+            elif v or len(items) > 1:
+                raise ValueError((pos, f"expected tile sizes (integers or '*') in T(...), "
+                                       f"found {grp[:30]!r}"))
+        out.append(tuple(sizes))
+        pos += len(grp) + 2
+    return tuple(out)
 
 
 # ---------------------------------------------------------------- module
@@ -538,21 +586,31 @@ class _Parser:
             t = tail.lstrip()
             if t[0] != ",":
                 raise ValueError((rest + len(tail) - len(t), f"expected ',' or end of line, found {t[:20]!r}"))
-            attrs = self._attr_dict(s, rest + len(tail) - len(t) + 1, lineno)
+            attrs_at = rest + len(tail) - len(t) + 1
+            attrs = self._attr_dict(s, attrs_at, lineno)
             instr.attrs = attrs
             called = None
             keys = [k for k in attrs if k in _CALL_SET]
             if len(keys) > 1:
                 keys.sort(key=CALL_ATTRS.index)      # XLA's order: body before condition
             for key in keys:
-                v = attrs.get(key)
-                if v is not None:
-                    if called is None:
-                        called = []
-                    if v[0] == "{":
-                        called.extend(x.strip().lstrip("%") for x in v[1:-1].split(",") if x.strip())
-                    else:
-                        called.append(v.lstrip("%"))
+                v = attrs[key]
+                if called is None:
+                    called = []
+                if key in _LIST_CALL_ATTRS:
+                    if v[:1] != "{" or v[-1:] != "}":
+                        raise ValueError((_value_pos(s, attrs_at, key), f"expected '{{' (a list of "
+                                          f"computation names) after '{key}=', found {v[:20]!r}"))
+                    names = [x.strip() for x in v[1:-1].split(",")]
+                    if names == [""]:
+                        continue
+                else:
+                    names = [v]
+                for x in names:
+                    m = _RE_CALLEE_FULL.match(x)
+                    if m is None:
+                        raise ValueError((_value_pos(s, attrs_at, key), _bad_callee(key, x)))
+                    called.append(m.group(1))
             if called:
                 instr.called = called
         return instr
@@ -623,12 +681,19 @@ class _Parser:
         return comp
 
     def _check_calls(self, computations):
-        for comp in computations.values():
+        # XLA's parser looks a callee up among the computations parsed so
+        # far: callees come first, and so the call graph has no cycles
+        order = {name: k for k, name in enumerate(computations)}
+        for k, comp in enumerate(computations.values()):
             for ins in comp.instructions:
                 for c in ins.called:
                     if c not in computations:
                         self.error(ins.line, 1, f"instruction '{ins.name}' calls computation "
                                                 f"'{c}', which is not defined")
+                    if order[c] >= k:
+                        self.error(ins.line, 1, f"instruction '{ins.name}' calls computation "
+                                                f"'{c}', which is not defined before "
+                                                f"'{comp.name}' (a callee comes first)")
 
 
 def parse_module(text, filename="<string>"):

@@ -27,6 +27,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
+from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.hlo import attrs as A
 from tpuperf_cli.hlo.parser import CALL_ATTRS, OPCODES, async_base
 
@@ -97,7 +98,8 @@ def find_kernels(module, warn=None):
 
     def visit(comp, mult, known, depth):
         if depth > 64:
-            raise RecursionError(f"computation nesting deeper than 64 at '{comp.name}'")
+            raise TpuperfError(f"{module.source or '<string>'}:{comp.line}: computations nest "
+                               f"deeper than 64 levels at '{comp.name}': not supported")
         for ins in comp.instructions:
             op = ins.opcode
             if op == "while":
