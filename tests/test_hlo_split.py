@@ -661,3 +661,20 @@ def test_truncated_files_parse_or_raise_parse_error():
             except ParseError as e:
                 assert re.match(r"cut\.hlo:\d+:\d+: ", str(e)), str(e)
 
+
+def test_negative_known_trip_count_is_unknown_with_a_warning():
+    # XLA's parser takes it (backend_config is not checked); a count cannot be negative
+    text = _WHILE.replace("BODY", "%body").replace(
+        "CONFIG", '{"known_trip_count":{"n":"-3"}}')
+    xla_view(text)
+    warnings = []
+    ks = find_kernels(parse_module(text, "neg.hlo"), warn=warnings.append)
+    assert [(k.name, k.count, k.count_known) for k in ks] == [("body/n", 1, False)]
+    assert len(warnings) == 1 and warnings[0].startswith("neg.hlo:12: ")
+    assert "negative known_trip_count (-3)" in warnings[0]
+    p = _run(["-"], input=text.encode())
+    assert p.returncode == 0 and b"negative known_trip_count" in p.stderr
+    import io
+
+    (r,) = read_records(io.BytesIO(p.stdout))
+    assert r["count"] == 1 and r["count_known"] is False

@@ -12,9 +12,10 @@ computations a custom-call calls belong to their kernel and are not entered.
 count is how many times a kernel runs per program run: the product of the
 known trip counts of the while loops around it (XLA records them in the
 while op's backend_config as known_trip_count; a condition runs trip+1
-times). An unknown trip count counts as 1 and makes count_known false, and
-so does being inside a conditional branch (which branch runs is not known:
-count is then an upper bound).
+times). An unknown trip count (or a negative one, which XLA's parser lets
+through) counts as 1 and makes count_known false, and so does being inside
+a conditional branch (which branch runs is not known: count is then an
+upper bound).
 
 Each kernel gets a standalone HloModule text: the kernel instruction in an
 entry computation with one parameter per distinct operand (shapes and
@@ -106,10 +107,17 @@ def find_kernels(module, warn=None):
                 body = comps[ins.attrs["body"].lstrip("%")] if "body" in ins.attrs else None
                 cond = comps[ins.attrs["condition"].lstrip("%")] if "condition" in ins.attrs else None
                 trip = A.known_trip_count(ins.attrs)
-                if trip is None:
+                if trip is not None and trip < 0:
+                    # XLA's parser takes any int64 here (backend_config is
+                    # not checked): the module is valid, the count unknown
                     if warn:
-                        warn(f"{_where(module, comp, ins)}: while loop '{ins.name}' has no "
-                             f"known_trip_count: its kernels are counted once (count_known false)")
+                        warn(f"{_where(module, comp, ins)}: while loop '{ins.name}' has a "
+                             f"negative known_trip_count ({trip}): counted as unknown, its "
+                             f"kernels once (count_known false)")
+                elif trip is None and warn:
+                    warn(f"{_where(module, comp, ins)}: while loop '{ins.name}' has no "
+                         f"known_trip_count: its kernels are counted once (count_known false)")
+                if trip is None or trip < 0:
                     if cond is not None:
                         visit(cond, mult, False, depth + 1)
                     if body is not None:
