@@ -199,6 +199,48 @@ def test_bad_model_files_are_clear_errors(tmp_path, trained):
     assert not (tmp_path / "pwned").exists()
 
 
+def test_bad_model_files_say_what_is_wrong_in_one_line(tmp_path, trained):
+    def err(path):
+        with pytest.raises(TpuperfError) as e:       # the command prints it as one line, exit 1
+            load_model(str(path))
+        text = str(e.value)
+        assert e.value.exit_code == 1 and "\n" not in text, text
+        return text
+
+    def save(name, change):
+        d = torch.load(trained, weights_only=True)
+        change(d)
+        torch.save(d, tmp_path / name)
+        return tmp_path / name
+
+    text = err(save("version.pt", lambda d: d.update(version="1")))
+    assert "bad model file (version '1' is not a positive integer)" in text
+    # a file torch refuses to load safely: no advice to load it unsafely
+    (tmp_path / "pickle.pt").write_bytes(b"\x80\x02}q\x00.")
+    for path in (tmp_path / "pickle.pt", tmp_path / "numpy.pt"):
+        if path.name == "numpy.pt":
+            torch.save({"format": np.zeros(3)}, path)
+        text = err(path)
+        assert "not a tpuperf model file" in text and "weights_only" not in text, text
+        assert "will likely succeed" not in text, text
+    (tmp_path / "empty.pt").write_bytes(b"")
+    assert "not a tpuperf model file (the file is empty)" in err(tmp_path / "empty.pt")
+
+    def swap(d):
+        sd = d["state_dict"]
+        sd["extra.weight"] = sd.pop("embed.weight")
+
+    text = err(save("keys.pt", swap))
+    assert "missing key(s) embed.weight" in text and "unexpected key(s) extra.weight" in text, text
+    assert "Error(s) in loading state_dict" not in text
+    text = err(save("shape.pt", lambda d: d["config"].update(hidden=32)))
+    assert "other shape(s): " in text and "(expected [32" in text and "more" in text, text
+    text = err(save("lo.pt", lambda d: d["scaling"].pop("lo")))
+    assert "model file lacks scaling field 'lo'" in text and "('lo')" not in text, text
+    text = err(save("scaling.pt", lambda d: d.update(scaling=[1, 2])))
+    assert "bad model file (scaling is a list, not a map)" in text
+
+
 # ---------------------------------------------------------------- the command
 
 def test_predict_command_in_a_pipe(trained):

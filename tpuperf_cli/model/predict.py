@@ -43,6 +43,7 @@ from tpuperf_cli.model.data import (Scaler, example, kernel_features_error, make
                                     where_of)
 
 REQUIRED = ("format", "version", "name", "task", "config", "state_dict", "scaling")
+SCALING_FIELDS = ("lo", "hi", "kernel_features", "opcodes", "log_runtime_mean", "log_runtime_std")
 
 
 class Model:
@@ -185,34 +186,66 @@ def read_model_file(path):
             raw = f.read()
     except OSError as e:
         raise TpuperfError(f"model {path}: {e.strerror}") from None
+    if not raw:
+        raise TpuperfError(f"model {path}: not a tpuperf model file (the file is empty)")
     try:
         d = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many kinds on foreign or corrupt files
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise TpuperfError(f"model {path}: not a tpuperf model file (cannot load it: {first})") from None
+        raise TpuperfError(f"model {path}: not a tpuperf model file ({_load_error(e)}; "
+                           f"make one with `tpuperf train`)") from None
     if not isinstance(d, dict) or d.get("format") != MODEL_FORMAT:
         raise TpuperfError(f"model {path}: not a tpuperf model file (no format {MODEL_FORMAT!r}; "
                            f"make one with `tpuperf train`)")
     missing = [k for k in REQUIRED if k not in d]
     if missing:
         raise TpuperfError(f"model {path}: model file lacks field(s) {', '.join(missing)}")
-    if d["version"] > MODEL_VERSION:
-        raise TpuperfError(f"model {path}: model file version {d['version']} is newer than this "
+    version = d["version"]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise TpuperfError(f"model {path}: bad model file (version {version!r} is not a positive "
+                           f"integer)")
+    if version > MODEL_VERSION:
+        raise TpuperfError(f"model {path}: model file version {version} is newer than this "
                            f"tpuperf reads ({MODEL_VERSION}); upgrade tpuperf")
     return d
+
+
+def _load_error(e):
+    """What torch.load's exception says, in a few words, without torch's
+    advice to load the file unsafely (weights_only=False could run code)."""
+    text = " ".join(str(e).split())
+    if "Weights only load failed" in text:
+        detail = text.split("WeightsUnpickler error:", 1)[-1].strip() if "WeightsUnpickler error:" \
+            in text else ""
+        return ("it holds more than plain data and weights, which is never loaded" +
+                (f": {detail}" if detail else ""))
+    if isinstance(e, EOFError):
+        return "the file is cut short"
+    return f"torch cannot read it: {text[:200] or type(e).__name__}"
 
 
 def build(d, path="model", device="cpu"):
     """A Model from a model dict."""
     from tpuperf_cli.model.net import Net, NetConfig
 
+    for field in ("config", "state_dict", "scaling"):
+        if not isinstance(d[field], dict):
+            raise TpuperfError(f"model {path}: bad model file ({field} is a "
+                               f"{type(d[field]).__name__}, not a map)")
+    missing = [k for k in SCALING_FIELDS if k not in d["scaling"]]
+    if missing:
+        raise TpuperfError(f"model {path}: model file lacks scaling field{'s' if len(missing) > 1 else ''} "
+                           f"{', '.join(repr(k) for k in missing)}")
     try:
         cfg = NetConfig.from_dict(d["config"])
         net = Net(cfg)
+        wrong = _weights_mismatch(net.state_dict(), d["state_dict"])
+        if wrong:
+            raise TpuperfError(f"model {path}: bad model file (weights do not fit its config: "
+                               f"{wrong})")
         net.load_state_dict(d["state_dict"])
         scaler = Scaler.from_dict(d["scaling"])
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
-        first = str(e).strip().splitlines()[0]
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise TpuperfError(f"model {path}: bad model file ({first})") from None
     if scaler.width != cfg.in_features:
         raise TpuperfError(f"model {path}: bad model file (scaling has {scaler.width} features, "
@@ -220,6 +253,32 @@ def build(d, path="model", device="cpu"):
     net.to(device)
     meta = {k: v for k, v in d.items() if k != "state_dict"}
     return Model(net, scaler, meta, path, device)
+
+
+def _weights_mismatch(expected, got, most=3):
+    """A short account of how the weights `got` differ from the network's
+    `expected` ones (missing and unexpected keys, other shapes), "" if they fit."""
+
+    def some(what, items):
+        items = sorted(items)
+        more = f" and {len(items) - most} more" if len(items) > most else ""
+        return f"{what} {', '.join(items[:most])}{more}"
+
+    parts = []
+    missing = set(expected) - set(got)
+    if missing:
+        parts.append(some("missing key(s)", missing))
+    unexpected = set(got) - set(expected)
+    if unexpected:
+        parts.append(some("unexpected key(s)", unexpected))
+    shapes = []
+    for k in sorted(set(expected) & set(got)):
+        a, b = list(expected[k].shape), list(getattr(got[k], "shape", []))
+        if a != b:
+            shapes.append(f"{k} {b} (expected {a})")
+    if shapes:
+        parts.append(some("other shape(s):", shapes))
+    return "; ".join(parts)
 
 
 def load_model(path=None, device="cpu", threads=None):
