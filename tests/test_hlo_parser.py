@@ -268,6 +268,41 @@ def test_errors_name_file_line_and_column(text, where, what):
     assert e.value.exit_code == 2
 
 
+_C = "HloModule m\nc {\n  p = f32[4] parameter(0)\n  ROOT n = f32[4] negate(p)\n"
+
+
+@pytest.mark.parametrize("text,where,what", [
+    # a missing '}': was "expected an instruction" at the next header
+    (_C + "\nENTRY e {\n  ROOT a = f32[4] parameter(0)\n}\n", "6:1",
+     "computation 'c' (opened on line 2) is not closed: expected '}' before the next "
+     "computation, 'e'"),
+    (_C + "%d.1 (x: f32[4]) -> f32[4] {\n  ROOT x = f32[4] parameter(0)\n}\n", "5:1",
+     "computation 'c' (opened on line 2) is not closed: expected '}' before the next "
+     "computation, 'd.1'"),
+    (_C + "FileNames\n1 \"a.py\"\n", "5:1", "computation 'c' (opened on line 2) is not closed: "
+     "expected '}' before 'FileNames'"),
+    # a stray '}'
+    (_C + "}\n}\n", "6:1", "unbalanced '}': no computation is open (the last one, 'c', was "
+     "closed on line 5)"),
+    ("HloModule m\n  }, execution_thread=\"x\"\n", "2:3", "unbalanced '}': no computation is open"),
+    (_C + "} junk\n", "5:3", "expected ',' or end of line after the '}' closing computation 'c', "
+     "found 'junk'"),
+])
+def test_brace_errors_name_the_computation(text, where, what):
+    with pytest.raises(ParseError) as e:
+        parse_module(text, "f.hlo")
+    msg = str(e.value)
+    assert msg == f"f.hlo:{where}: {what}", msg
+    with pytest.raises(Exception):
+        xla_view(text)
+
+
+def test_instruction_lines_ending_in_a_brace_are_not_headers():
+    text = ("HloModule m\nENTRY e {\n  a = f32[4]{0} parameter(0), frontend_attributes={\n"
+            "    k=\"v\"}\n  ROOT n = f32[4]{0} negate(a)\n}\n")
+    _same_as_xla(text)
+
+
 # ---------------------------------------------------------------- attrs
 
 def test_attrs_doctests():

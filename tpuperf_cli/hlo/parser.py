@@ -353,6 +353,7 @@ class _Parser:
         entry = None
         sections = {}
         current = None           # (Computation header info, instruction list)
+        closed = None            # (name, line) of the last computation closed
         section = None
         seen_content = False
         i = 0
@@ -380,8 +381,16 @@ class _Parser:
                         if entry is not None:
                             self.error(current[2], 1, "a second ENTRY computation")
                         entry = comp
+                    closed = (comp.name, lineno)
                     current = None
                     continue
+                if s[0] == "}":
+                    rest = s[1:].lstrip()
+                    self.error(lineno, len(line) - len(line.lstrip()) + len(s) - len(rest) + 1,
+                               f"expected ',' or end of line after the '}}' closing computation "
+                               f"'{current[0][0]}', found {rest[:20]!r}")
+                if s[-1] == "{" or s in SECTIONS or s.startswith("HloModule"):
+                    self._check_unclosed(line, s, lineno, current)
                 instr, i = self._instruction(line, lineno, i)
                 current[1].append(instr)
                 continue
@@ -415,8 +424,11 @@ class _Parser:
                 current = ((m.group(2), bool(m.group(1)), sig), [], lineno)
                 seen_content = True
                 continue
-            if s == "}":
-                self.error(lineno, line.index("}") + 1, "unbalanced '}': no computation is open")
+            if s[0] == "}":
+                after = (f" (the last one, '{closed[0]}', was closed on line {closed[1]})"
+                         if closed else "")
+                self.error(lineno, line.index("}") + 1,
+                           f"unbalanced '}}': no computation is open{after}")
             self.error(lineno, len(line) - len(line.lstrip()) + 1,
                        "expected 'HloModule', a computation ('[ENTRY] %name ... {') or '}'")
         if current is not None:
@@ -431,6 +443,24 @@ class _Parser:
         module = Module(name or entry.name, header_attrs, computations, entry, self.filename)
         module.sections = sections
         return module
+
+    def _check_unclosed(self, line, s, lineno, current):
+        """Inside computation `current`, a line that starts something else (a
+        computation header, a section, HloModule) means its '}' is missing:
+        say so, rather than that this is no instruction. Returns for a line
+        that may be an instruction after all."""
+        if s[-1] == "{":
+            if _RE_INSTR.match(line):
+                return
+            m = _RE_COMP.match(line)
+            if m is None:
+                return
+            what = f"the next computation, '{m.group(2)}'"
+        else:
+            what = f"'{s.split()[0]}'"
+        (name, _, _), _, start = current
+        self.error(lineno, 1, f"computation '{name}' (opened on line {start}) is not closed: "
+                              f"expected '}}' before {what}")
 
     def _strip_comments(self, line, i):
         """Remove /* */ and // comments outside strings; a /* */ comment may
