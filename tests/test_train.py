@@ -306,6 +306,21 @@ def test_no_examples_is_a_clear_error(tmp_path):
 
 # ---------------------------------------------------------------- the command
 
+@pytest.mark.parametrize("loss", ["hinge", "logistic"])
+def test_rank_loss_for_the_fusion_task_is_a_usage_error(shards, tmp_path, loss):
+    import subprocess
+    import sys
+
+    tpuperf = os.path.join(os.path.dirname(sys.executable), "tpuperf")
+    res = subprocess.run([tpuperf, "train", "--data", str(shards / "synth0.zst"), "--out",
+                          str(tmp_path / "m.pt"), "--task", "fusion", "--loss", loss, "--epochs", "1"],
+                         capture_output=True, text=True, env={**os.environ, "TPUPERF_THREADS": "1"})
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    assert f"--loss {loss} is a pairwise rank loss" in res.stderr and "--task tile" in res.stderr
+    assert not (tmp_path / "m.pt").exists()
+
+
 def test_train_command(shards, tmp_path):
     from tpuperf_cli.commands.train import cli
 

@@ -22,8 +22,9 @@ from tpuperf_cli.errors import TpuperfError
               help="fusion: predict each kernel's runtime; tile: rank the configurations of each "
                    "kernel (records sharing program and kernel).")
 @click.option("--loss", type=click.Choice(["mse", "hinge", "logistic"]), default=None,
-              help="mse on log runtime (fusion default), or a pairwise rank loss within each "
-                   "kernel: hinge (tile default) or logistic.")
+              help="mse on log runtime (fusion default; the fusion task's only loss), or, for "
+                   "--task tile, a pairwise rank loss within each kernel: hinge (tile default) "
+                   "or logistic.")
 @click.option("--epochs", type=click.IntRange(1), default=100, show_default=True, help="At most this many epochs.")
 @click.option("--batch-size", type=click.IntRange(1), default=64, show_default=True, help="Graphs per step.")
 @click.option("--lr", type=click.FloatRange(0, min_open=True), default=1e-3, show_default=True,

@@ -64,6 +64,10 @@ class TrainOptions:
             self.loss = "mse" if self.task == "fusion" else "hinge"
         if self.loss not in LOSSES:
             raise TpuperfError(f"--loss must be one of {', '.join(LOSSES)}")
+        if self.task == "fusion" and self.loss != "mse":
+            raise TpuperfError(f"--loss {self.loss} is a pairwise rank loss between the tile "
+                               f"configurations of a kernel, for --task tile; --task fusion "
+                               f"fits runtimes with --loss mse", exit_code=2)
         if not self.monitor:
             self.monitor = "loss" if self.task == "fusion" else "tau"
         if self.monitor not in ("loss", "mape", "tau"):
