@@ -200,6 +200,19 @@ def test_tiny_model_trains_and_loss_falls(shards, tmp_path):
     assert d["scaling"]["kernel_features"] == 5 and 34 in d["opcodes"]
 
 
+def test_valid_shards_take_precedence_over_the_splits_valid_programs(shards, tmp_path):
+    msgs = []
+    r = train([str(shards / "*.zst")], tmp_path / "v.pt", NetConfig(**TINY), fast_opts(epochs=1),
+              valid=[str(shards / "synth4.zst")], split=str(shards / "split.json"),
+              progress=msgs.append)
+    assert any("validation 24 examples, 1 programs" in m for m in msgs), msgs
+    assert not any("no validation examples" in m for m in msgs), msgs
+    assert np.isfinite(r["history"][0]["valid_loss"])
+    # training still keeps only the split's "train" programs
+    d = torch.load(tmp_path / "v.pt", weights_only=True)
+    assert d["trained"]["programs"] == ["synth0", "synth1", "synth2"]
+
+
 def test_training_is_repeatable(shards, tmp_path):
     runs = [train([str(shards / "synth0.zst"), str(shards / "synth1.zst")], tmp_path / f"{i}.pt",
                   NetConfig(**TINY), fast_opts(epochs=2), progress=quiet) for i in range(2)]

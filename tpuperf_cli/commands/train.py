@@ -13,11 +13,12 @@ from tpuperf_cli.errors import TpuperfError
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False),
               help="Model file to write (written atomically after every better epoch).")
 @click.option("--valid", "-v", multiple=True, metavar="SHARD",
-              help="Validation shard(s) for early stopping; repeatable, globs allowed.")
+              help="Validation shard(s) for early stopping, all their records (with --split "
+                   "too); repeatable, globs allowed.")
 @click.option("--split", type=click.Path(dir_okay=False),
               help='JSON {"train": [...], "valid": [...], "test": [...]} of program names '
                    "(examples/splits/*.json): train on the 'train' programs of --data and "
-                   "validate on its 'valid' programs (unless --valid is given).")
+                   "validate on its 'valid' programs of --data (unless --valid is given).")
 @click.option("--task", type=click.Choice(["fusion", "tile"]), default="fusion", show_default=True,
               help="fusion: predict each kernel's runtime; tile: rank the configurations of each "
                    "kernel (records sharing program and kernel).")

@@ -201,9 +201,9 @@ def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
     and write it to `out`. Returns a summary dict (epochs, best epoch,
     validation figures, seconds, model name).
 
-    valid: shards for validation (default: none, or the split's "valid"
-    programs when split is given). split: a JSON file of program lists;
-    training then keeps only its "train" programs.
+    valid: shards for validation, all their records (default: none, or the
+    split's "valid" programs of `data` when split is given). split: a JSON
+    file of program lists; training then keeps only its "train" programs.
     """
     import torch
 
@@ -249,7 +249,8 @@ def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
         raise TpuperfError("no training programs")
     valid_set = None
     if valid:
-        valid_set = Corpus(expand(valid, "--valid"), valid_programs, opts.task,
+        # --valid takes precedence over the split's "valid" programs: all its records validate
+        valid_set = Corpus(expand(valid, "--valid"), None, opts.task,
                            opts.memory_mb, opts.configs).scan(kernel_features=scaler.kernel_features)
     elif valid_programs:
         valid_set = Corpus(paths, valid_programs, opts.task, opts.memory_mb,
