@@ -213,6 +213,30 @@ def test_valid_shards_take_precedence_over_the_splits_valid_programs(shards, tmp
     assert d["trained"]["programs"] == ["synth0", "synth1", "synth2"]
 
 
+def test_model_file_records_epochs_run_best_epoch_and_total_seconds(shards, tmp_path):
+    from tpuperf_cli.model.predict import weights_digest
+
+    # validation runtimes that are noise: the validation loss soon stops improving
+    recs = synthetic_records(n_programs=1, kernels=20, seed=4)
+    rng = np.random.default_rng(0)
+    for r in recs:
+        r["program"] = "noise"
+        r["runtime_ns"] = float(rng.uniform(1e3, 1e6))
+    (noise,) = write_shards(tmp_path, recs)
+    out = tmp_path / "p.pt"
+    r = train([str(shards / "synth0.zst"), str(shards / "synth1.zst")], out, NetConfig(**TINY),
+              fast_opts(epochs=20, patience=1, ema=0), valid=[noise], progress=quiet)
+    assert r["stopped"].startswith("no better validation loss") and r["epochs"] > r["best_epoch"], r
+    d = torch.load(out, weights_only=True)
+    t = d["trained"]
+    assert t["epochs"] == r["epochs"] == len(r["history"])       # epochs run, not the best one
+    assert t["best_epoch"] == r["best_epoch"] and t["stopped"] == r["stopped"]
+    assert t["seconds"] == r["seconds"] and 0 < t["best_seconds"] <= t["seconds"]
+    assert t["valid_figures"] == r["history"][r["best_epoch"] - 1]
+    # the weights are still the best epoch's: the name (their hash) is the one written then
+    assert d["name"] == r["model"] == f"p-{weights_digest(d['state_dict'])}"
+
+
 def test_training_is_repeatable(shards, tmp_path):
     runs = [train([str(shards / "synth0.zst"), str(shards / "synth1.zst")], tmp_path / f"{i}.pt",
                   NetConfig(**TINY), fast_opts(epochs=2), progress=quiet) for i in range(2)]

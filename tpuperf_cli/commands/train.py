@@ -127,7 +127,9 @@ def cli(files, data, out, valid, split, task, loss, epochs, batch_size, lr, weig
     per-program MAPE and Kendall's tau on kernels >= --min-us (tile:
     Tile-Size APE and mean per-kernel tau). The best model so far is
     written to OUT atomically (a crash never leaves half a file); training
-    stops early after --patience epochs without improvement. OUT.resume
+    stops early after --patience epochs without improvement. When it
+    ends, OUT is rewritten once to record the epochs run, the total time
+    and why it stopped (its weights stay the best epoch's). OUT.resume
     holds the loop's state after each epoch; --resume continues from it
     with the same result as an uninterrupted run.
 
@@ -137,8 +139,9 @@ def cli(files, data, out, valid, split, task, loss, epochs, batch_size, lr, weig
     and maximum per feature, log-runtime mean and deviation); the opcode
     vocabulary; the task and loss; the hardware target of the training
     data (platform, device kind, chip); and how it was trained (data,
-    split, epochs, validation figures, time). `predict --model OUT
-    --show-model` prints it.
+    split, epochs run, the best epoch (whose weights these are) and its
+    validation figures, total time, why training stopped). `predict
+    --model OUT --show-model` prints it.
 
     \b
     Examples:

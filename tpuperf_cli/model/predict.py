@@ -16,7 +16,14 @@ model file cannot run code) holds:
     target            the hardware the training data was measured on
                       (platform, device_kind, chip, jax versions), or None
     trained           how it was made: data files, split, examples,
-                      programs, epochs, validation figures, seconds, date
+                      programs, epochs (run), best_epoch (whose weights
+                      these are, and valid_figures its figures), seconds
+                      (in all), best_seconds (when the best epoch was
+                      saved), stopped (why training ended; None while it
+                      runs or if it was cut off), date. Files written
+                      before tpuperf recorded the end of training lack
+                      best_seconds and stopped, and their epochs and
+                      seconds are those of the best epoch.
 
 Public API (tpuperf eval, tpuperf select and scripts use these):
 

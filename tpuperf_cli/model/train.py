@@ -306,10 +306,13 @@ def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
                  f"task {opts.task}, loss {opts.loss}, device {opts.device}")
 
     def trained_info(epoch, figures):
+        # written with every better epoch (then epochs run = best epoch); finish() completes
+        # epochs, seconds and stopped when training ends
+        seconds = round(time.time() - t0 + (state or {}).get("seconds", 0.0), 1)
         return {"data": list(data), "valid": list(valid or []), "split": split,
                 "examples": train_set.examples, "programs": sorted(train_set.sizes),
                 "epochs": epoch, "best_epoch": best_epoch, "valid_figures": figures,
-                "seconds": round(time.time() - t0 + (state or {}).get("seconds", 0.0), 1),
+                "seconds": seconds, "best_seconds": seconds, "stopped": None,
                 "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "tpuperf": __version__, "options": asdict(opts), "parameters": n_params,
                 "targets": [dict(zip(("platform", "device_kind", "chip"), k))
@@ -320,6 +323,19 @@ def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
                        trained_info(epoch, figures))
         save_atomic(d, out)
         return d["name"]
+
+    def finish(epochs, seconds, stopped):
+        """Rewrite OUT's record of training with the epochs run, the total
+        time and why it stopped; the weights stay the best epoch's."""
+        if name_written is None or not os.path.exists(out):
+            return
+        d = torch.load(out, map_location="cpu", weights_only=True)
+        if not isinstance(d, dict) or d.get("name") != name_written:
+            return          # not the file this run wrote: leave it alone
+        t = d.setdefault("trained", {})
+        t.setdefault("best_seconds", t.get("seconds"))
+        t.update(epochs=epochs, best_epoch=best_epoch, seconds=round(seconds, 1), stopped=stopped)
+        save_atomic(d, out)
 
     # ---- epochs
     sequence = net_cfg.reduction in ("lstm", "transformer")
@@ -393,9 +409,10 @@ def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
         if opts.max_time and elapsed >= opts.max_time:
             stopped = f"time limit of {opts.max_time:.0f}s"
             break
+    seconds = time.time() - t0 + (state or {}).get("seconds", 0.0)
+    finish(epoch, seconds, stopped)
     if not keep_state and os.path.exists(state_path):
         os.unlink(state_path)
-    seconds = time.time() - t0 + (state or {}).get("seconds", 0.0)
     summary = {"model": name_written, "out": os.fspath(out), "epochs": epoch, "best_epoch": best_epoch,
                "stopped": stopped, "seconds": round(seconds, 1), "parameters": n_params,
                "history": history}
