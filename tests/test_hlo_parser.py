@@ -303,6 +303,47 @@ def test_instruction_lines_ending_in_a_brace_are_not_headers():
     _same_as_xla(text)
 
 
+def _sig(sig):
+    return f"HloModule m\nENTRY %e {sig} {{\n  ROOT %a = f32[4] parameter(0)\n}}\n"
+
+
+@pytest.mark.parametrize("sig,col,what", [
+    ("(a: f32[4] -> f32[4]", 21, "expected ',' or ')' after a parameter's shape, found '-> f32[4]'"),
+    ("(a: f32[4]", 20, "expected ',' or ')' after a parameter's shape"),
+    ("(a: (f32[4], s32[]) -> f32[4]", 30, "expected ',' or ')' after a parameter's shape"),
+    ("(a: f32[x]) -> f32[4]", 18, "bad dimension 'x'"),
+    ("(a: f33[4]) -> f32[4]", 14, "unknown element type 'f33'"),
+    ("(a: f32[4]{0:T(a)}) -> f32[4]", 24, "expected tile sizes"),
+    ("(a: f32[4]) -> (f32[4]", 25, "expected ')' to close the tuple shape"),
+    ("(f32[4]) -> f32[4]", 11, "expected a parameter 'name: shape' or ')'"),
+    ("(a: f32[4],) -> f32[4]", 21, "expected a parameter 'name: shape' or ')'"),
+    ("(a: f32[4], b) -> f32[4]", 22, "expected a parameter 'name: shape' or ')'"),
+    ("(%a: f32[4]) -> f32[4]", 11, "expected a parameter 'name: shape' or ')'"),
+    ("(a: f32[4])", 21, "expected '->' and the result shape after the parameter list"),
+    ("(a: f32[4]) - > f32[4]", 22, "expected '->'"),
+    ("(a: f32[4]) ->", 24, "expected a shape"),
+    ("(a: f32[4]) -> f32[4] x", 31, "expected '{' after the result shape"),
+])
+def test_signature_errors_name_line_and_column(sig, col, what):
+    # a computation's `(params) -> shape`, as XLA's parser reads it
+    text = _sig(sig)
+    with pytest.raises(ParseError) as e:
+        parse_module(text, "f.hlo")
+    msg = str(e.value)
+    assert msg.startswith(f"f.hlo:2:{col}: "), msg
+    assert what in msg, msg
+    with pytest.raises(Exception):
+        xla_view(text)
+
+
+@pytest.mark.parametrize("sig", ["(a: f32[4]) -> f32[4]", "() -> f32[4]", "(a f32[4]) -> f32[4]",
+                                 "(a: (f32[4], s32[]), b.1: s32[]) -> f32[4]{0}",
+                                 "(a:f32[4])->f32[4]", "(p: f32[4]{0:T(4)S(1)}) -> f32[4]"])
+def test_good_signatures(sig):
+    _same_as_xla(_sig(sig))
+    assert parse_module(_sig(sig)).entry.signature == sig
+
+
 # ---------------------------------------------------------------- attrs
 
 def test_attrs_doctests():

@@ -333,6 +333,55 @@ def _tiles(text, pos):
     return tuple(out)
 
 
+# XLA's lexer reads `name:` as one token (no '%', no space before ':').
+_RE_PARAM = re.compile(r"[ \t]*" + _NAME + r"(?::|(?=[ \t]))[ \t]*")
+_RE_SPACE = re.compile(r"[ \t]*")
+
+
+_ARRAY = r"[a-z][a-z0-9]*\[[^\]\n]*\](?:\{[^}\n]*\})?"
+# The common case, as XLA prints it: array shapes only, one space after ':' and ','.
+_RE_SIG_FAST = re.compile(r"\((?:" + _NAME + ": " + _ARRAY + "(?:, " + _NAME + ": " + _ARRAY
+                          + r")*)?\) -> " + _ARRAY)
+_RE_ARRAY_ALL = re.compile(_ARRAY)
+
+
+def _check_signature(sig):
+    """Raise ValueError((offset, message)) unless sig is XLA's
+    `(name: shape, ...) -> shape` (param_list_to_shape)."""
+    if _RE_SIG_FAST.fullmatch(sig):
+        try:
+            for text in _RE_ARRAY_ALL.findall(sig):
+                if text not in _shape_cache:
+                    parse_shape(text)
+            return
+        except ValueError:
+            pass        # again the slow way, for the position
+    pos = _RE_SPACE.match(sig, 1).end()
+    if sig[pos:pos + 1] != ")":
+        while True:
+            m = _RE_PARAM.match(sig, pos)
+            if m is None:
+                raise ValueError((pos, f"expected a parameter 'name: shape' or ')' in the "
+                                       f"parameter list, found {sig[pos:pos + 20]!r}"))
+            _, pos = _parse_shape_at(sig, m.end())
+            pos = _RE_SPACE.match(sig, pos).end()
+            c = sig[pos:pos + 1]
+            if c == ")":
+                break
+            if c != ",":
+                raise ValueError((pos, "expected ',' or ')' after a parameter's shape, found "
+                                       f"{sig[pos:pos + 20]!r}"))
+            pos = _RE_SPACE.match(sig, pos + 1).end()
+    pos = _RE_SPACE.match(sig, pos + 1).end()
+    if sig[pos:pos + 2] != "->":
+        raise ValueError((pos, f"expected '->' and the result shape after the parameter list, "
+                               f"found {sig[pos:pos + 20]!r}"))
+    pos = _RE_SPACE.match(sig, pos + 2).end()
+    _, pos = _parse_shape_at(sig, pos)
+    if pos != len(sig):
+        raise ValueError((pos, f"expected '{{' after the result shape, found {sig[pos:pos + 20]!r}"))
+
+
 # ---------------------------------------------------------------- module
 
 class _Parser:
@@ -421,6 +470,8 @@ class _Parser:
                 if sig and not sig.startswith("("):
                     self.error(lineno, m.start(3) + 1,
                                f"expected '(' (parameter list) or '{{', found {sig[:20]!r}")
+                if sig:
+                    self._signature(sig, lineno, m.start(3))
                 current = ((m.group(2), bool(m.group(1)), sig), [], lineno)
                 seen_content = True
                 continue
@@ -443,6 +494,18 @@ class _Parser:
         module = Module(name or entry.name, header_attrs, computations, entry, self.filename)
         module.sections = sections
         return module
+
+    def _signature(self, sig, lineno, at):
+        """Check a computation's `(name: shape, ...) -> shape` the way XLA's
+        parser reads it; at is where sig starts on its line."""
+        try:
+            _check_signature(sig)
+        except _Unterminated as e:
+            closer = '"' if e.opener == '"' else _CLOSE[e.opener]
+            self.error(lineno, at + e.pos + 1, f"expected '{closer}' to close '{e.opener}'")
+        except ValueError as e:
+            pos, msg = e.args[0]
+            self.error(lineno, at + pos + 1, msg)
 
     def _check_unclosed(self, line, s, lineno, current):
         """Inside computation `current`, a line that starts something else (a
