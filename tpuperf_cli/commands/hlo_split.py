@@ -89,7 +89,9 @@ def cli(files, program, summary, quiet):
                    then an upper bound); a warning goes to stderr
       hlo          a standalone HloModule with just this kernel: its
                    computations plus an ENTRY with one parameter per
-                   distinct operand, layouts kept; XLA parses and compiles it
+                   distinct operand, layouts kept; XLA's parser accepts
+                   it, and measure compiles it (jaxlib compiles through
+                   StableHLO, so measure first inlines the fusion)
       opcode       the kernel instruction's opcode ("fusion", "dot", ...)
       fusion_kind  "kLoop", "kInput", "kOutput", "kCustom", or nil
       fingerprint  hex digest of the kernel with names and metadata
