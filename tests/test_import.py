@@ -313,7 +313,10 @@ def test_layout_collection_is_refused_clearly(tmp_path):
     ({"node_feat": np.full((5, 140), np.nan, np.float32)}, ["'node_feat'", "NaN"]),
     ({"config_runtime": np.array([object()] * 6, dtype=object)}, ["'config_runtime'",
                                                                   "cannot read"]),
-    ({"node_opcode": np.array(list("abcde"))}, ["'node_opcode'", "expected numbers"]),
+    ({"node_opcode": np.array(list("abcde"))}, ["'node_opcode'", "expected integers"]),
+    ({"edge_index": np.array([[0.5, 1.0]])}, ["'edge_index'", "expected integers", "float64"]),
+    ({"config_feat": np.array([list("abcdefghijklmnopqrstuvwx")] * 6)},
+     ["'config_feat'", "expected numbers"]),
 ])
 def test_malformed_npz_names_file_and_key(tmp_path, override, words):
     path = tmp_path / "prog_0123456789abcdef.npz"
@@ -331,6 +334,11 @@ def test_not_an_npz_and_missing_paths(tmp_path):
     bad.write_bytes(b"PK\x03\x04 truncated")
     res = _run(["import", "tpugraphs", str(bad)])
     assert res.exit_code == 1 and str(bad) in res.stderr and "not a readable .npz" in res.stderr
+    text = tmp_path / "notes.npz"
+    text.write_text("just some text\n")
+    res = _run(["import", "tpugraphs", str(text)])
+    assert res.exit_code == 1 and "neither a zip archive nor a .npy array" in res.stderr
+    assert "pickle" not in res.stderr
     res = _run(["import", "tpugraphs", str(tmp_path / "missing")])
     assert res.exit_code == 1 and "no such file" in res.stderr
     empty = tmp_path / "empty"

@@ -88,7 +88,9 @@ def load(path):
     try:
         npz = np.load(path, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise TpuGraphsError(f"{path}: not a readable .npz file ({e})") from None
+        # numpy takes anything that is neither zip nor .npy for a pickle
+        why = "neither a zip archive nor a .npy array" if "pickle" in str(e) else str(e)
+        raise TpuGraphsError(f"{path}: not a readable .npz file ({why})") from None
     if not hasattr(npz, "files"):
         raise TpuGraphsError(f"{path}: a single .npy array, not an .npz archive of named arrays")
     with npz:
@@ -124,7 +126,8 @@ def check(a, path):
 
     def numeric(key, kinds="iuf"):
         if a[key].dtype.kind not in kinds:
-            _fail(path, key, f"expected numbers, got dtype {a[key].dtype}")
+            what = "integers" if kinds == "iu" else "numbers"
+            _fail(path, key, f"expected {what}, got dtype {a[key].dtype}")
 
     for key in TILE_KEYS:
         numeric(key, "iuf" if key in ("node_feat", "config_feat", "config_runtime",

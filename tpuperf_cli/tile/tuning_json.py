@@ -154,8 +154,8 @@ def records(path, program=None, device_kind=None, seen=None):
                 raise TuningDataError(f"{where}: missing key {key!r}")
         fp_value = kernel["kernel_fingerprint"]
         if isinstance(fp_value, bool) or not isinstance(fp_value, (int, str)):
-            raise TuningDataError(f"{where}: key 'kernel_fingerprint' must be an integer, "
-                                  f"got {fp_value!r}")
+            raise TuningDataError(f"{where}: key 'kernel_fingerprint' must be an integer "
+                                  f"(or a string), got {fp_value!r}")
         info = describe_module(kernel["hlo"], where)
         configs = kernel["configs"]
         if not isinstance(configs, list) or not configs:
