@@ -268,6 +268,97 @@ def test_resume_continues_an_interrupted_run_exactly(shards, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_resume_can_add_epochs_and_change_patience(shards, tmp_path):
+    from tpuperf_cli.commands.train import cli
+
+    out = tmp_path / "more.pt"
+    base = ["--data", str(shards / "*.zst"), "--split", str(shards / "split.json"), "--out", str(out),
+            "--hidden", "16", "--opcode-dim", "8", "--layers", "2", "--threads", "1",
+            "--batch-size", "8", "--lr", "0.01"]
+    res = CliRunner().invoke(cli, base + ["--epochs", "2", "--keep-state"])
+    assert res.exit_code == 0, res.stderr
+    # the same command line, with --resume and more epochs (and another patience): 2 more epochs
+    res = CliRunner().invoke(cli, base + ["--epochs", "4", "--patience", "7", "--resume", "--keep-state"])
+    assert res.exit_code == 0, res.stderr
+    assert "--epochs 4 (was 2)" in res.stderr and "--patience 7 (was 10)" in res.stderr
+    assert "epoch   3/4" in res.stderr and "epoch   4/4" in res.stderr, res.stderr
+    d = torch.load(out, weights_only=True)
+    assert d["trained"]["epochs"] == 4 and d["trained"]["options"]["epochs"] == 4
+    assert d["trained"]["options"]["patience"] == 7
+    state = torch.load(str(out) + ".resume", weights_only=False)
+    assert state["epoch"] == 4 and state["opts"]["epochs"] == 4 and len(state["history"]) == 4
+    # the first run's schedule had ended at a tenth of --lr: the added epochs keep that rate
+    assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(1e-3)
+
+
+def test_extended_run_resumes_exactly_too(shards, tmp_path):
+    import shutil
+
+    data = [str(shards / "*.zst")]
+    split = str(shards / "split.json")
+
+    class Crash(Exception):
+        pass
+
+    def crash_at(epoch):
+        def progress(msg):
+            if msg.startswith(f"epoch {epoch:3d}/"):
+                raise Crash()
+        return progress
+
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    with pytest.raises(Crash):
+        train(data, a, NetConfig(**TINY), fast_opts(epochs=4), split=split, progress=crash_at(2))
+    shutil.copy(str(a) + ".resume", str(b) + ".resume")
+    shutil.copy(a, b)
+    # extended mid-schedule from 4 to 6 epochs: uninterrupted, and interrupted again then resumed
+    full = train(data, a, opts=fast_opts(epochs=6), resume=True, split=split, given={"epochs"},
+                 progress=quiet)
+    assert len(full["history"]) == 6
+    with pytest.raises(Crash):
+        train(data, b, opts=fast_opts(epochs=6), resume=True, split=split, given={"epochs"},
+              progress=crash_at(4))
+    again = train(data, b, resume=True, split=split, progress=quiet)
+    assert again["history"] == full["history"]
+
+
+def test_cosine_tail_decays_from_the_current_rate_to_the_minimum():
+    from tpuperf_cli.model.train import CosineTail
+
+    class Opt:
+        param_groups = [{"lr": 5e-3}]
+
+    tail = CosineTail(Opt, 2, 5e-3, 6, 1e-3)
+    lrs = []
+    for _ in range(6):
+        tail.step()
+        lrs.append(Opt.param_groups[0]["lr"])
+    assert 5e-3 > lrs[0] > lrs[1] > lrs[2] > lrs[3] and lrs[3:] == pytest.approx([1e-3] * 3)
+    again = CosineTail.from_state(Opt, tail.state_dict())
+    assert (again.start, again.lr0, again.end, again.last) == (2, 5e-3, 6, 8)
+
+
+def test_resume_refuses_other_changes_and_nothing_to_do(shards, tmp_path):
+    from tpuperf_cli.commands.train import cli
+
+    out = tmp_path / "r.pt"
+    base = ["--data", str(shards / "synth0.zst"), "--out", str(out), "--hidden", "16",
+            "--layers", "1", "--threads", "1", "--epochs", "1"]
+    res = CliRunner().invoke(cli, base + ["--keep-state"])
+    assert res.exit_code == 0, res.stderr
+    res = CliRunner().invoke(cli, base + ["--resume", "--epochs", "2", "--hidden", "32", "--lr", "0.1"],
+                             standalone_mode=False)
+    e = res.exception
+    assert isinstance(e, TpuperfError) and e.exit_code == 2, res.stderr
+    assert "--resume cannot change --hidden (the run has 16, not 32), --lr (the run has 0.001, " \
+           "not 0.1)" in str(e)
+    # the run already has all its epochs: say so rather than rewrite the model untouched
+    res = CliRunner().invoke(cli, base + ["--resume"], standalone_mode=False)
+    e = res.exception
+    assert isinstance(e, TpuperfError) and e.exit_code == 2 and "give a larger --epochs" in str(e)
+    assert os.path.exists(str(out) + ".resume")
+
+
 def test_resume_without_state_is_a_clear_error(shards, tmp_path):
     with pytest.raises(TpuperfError, match="no .*resume to resume from"):
         train([str(shards / "*.zst")], tmp_path / "x.pt", resume=True, progress=quiet)
@@ -324,7 +415,8 @@ def test_records_with_another_number_of_kernel_features_are_clear_errors(shards,
           keep_state=True, progress=quiet)
     with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 5 kernel "
                                           r"features in kernel_feat, got 3; the training data has 5"):
-        train([bad], tmp_path / "k.pt", resume=True, progress=quiet)
+        train([bad], tmp_path / "k.pt", opts=fast_opts(epochs=2), resume=True, given={"epochs"},
+              progress=quiet)
 
 
 def test_no_examples_is_a_clear_error(tmp_path):

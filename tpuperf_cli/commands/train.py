@@ -52,7 +52,8 @@ from tpuperf_cli.errors import TpuperfError
 @click.option("--threads", type=click.IntRange(0), default=0,
               help="Torch threads (default: min(2, cores) or $TPUPERF_THREADS).")
 @click.option("--max-time", type=click.FloatRange(0), default=0, metavar="SECONDS",
-              help="Stop after the epoch that passes this much time (0: no limit).")
+              help="Stop after the epoch that passes this much time (0: no limit); a resumed "
+                   "run counts the time of the run so far.")
 @click.option("--ema", type=click.FloatRange(0, 1, max_open=True), default=0.99, show_default=True,
               help="Validate and save an exponential moving average of the weights with this "
                    "decay per step (steadier on small corpora); 0 keeps the raw weights.")
@@ -82,9 +83,14 @@ from tpuperf_cli.errors import TpuperfError
               help="LSTM / Transformer layers in the reduction.")
 @click.option("--dropout", type=click.FloatRange(0, 1), default=0.0, show_default=True, help="Dropout rate.")
 @click.option("--resume", is_flag=True,
-              help="Continue an interrupted run from OUT.resume (its options and data order).")
+              help="Continue a run from OUT.resume, with its options, hyperparameters and data "
+                   "order. Of the options given with it, --epochs, --patience, --max-time, "
+                   "--memory-mb, --threads and --device take their new value (a larger --epochs "
+                   "trains on: the learning rate decays from where it was to a tenth of --lr "
+                   "over the added epochs); any other that differs from the run's is refused.")
 @click.option("--keep-state", is_flag=True,
-              help="Keep OUT.resume after a normal end (to continue training later).")
+              help="Keep OUT.resume after a normal end, to train more later with --resume "
+                   "--epochs N.")
 @click.option("--name", help="Model name stem recorded in predictions (default: OUT's file name).")
 def cli(files, data, out, valid, split, task, loss, epochs, batch_size, lr, weight_decay, margin,
         patience, monitor, min_us, even, configs, memory_mb, seed, device, threads, max_time,
@@ -131,7 +137,8 @@ def cli(files, data, out, valid, split, task, loss, epochs, batch_size, lr, weig
     ends, OUT is rewritten once to record the epochs run, the total time
     and why it stopped (its weights stay the best epoch's). OUT.resume
     holds the loop's state after each epoch; --resume continues from it
-    with the same result as an uninterrupted run.
+    with the same result as an uninterrupted run (unless --epochs or
+    another option that may change is given anew: see --resume).
 
     \b
     The model file (torch.save of a plain dict, read with weights_only)
@@ -150,6 +157,7 @@ def cli(files, data, out, valid, split, task, loss, epochs, batch_size, lr, weig
           --split examples/splits/random.json --out cpu.pt
       tpuperf train --task tile --data tile/*.zst --valid tile-valid/*.zst --out tile.pt
       tpuperf train --data 'shards/*.zst' --out model.pt --resume
+      tpuperf train --data 'shards/*.zst' --out model.pt --resume --keep-state --epochs 200
       tpuperf train --data 'tpu/*.zst' --out tpu.pt --device cuda --gnn gat
 
     To model your own hardware (a TPU, a GPU, another CPU), measure a
@@ -185,4 +193,15 @@ def cli(files, data, out, valid, split, task, loss, epochs, batch_size, lr, weig
                         configs=configs, memory_mb=memory_mb, seed=seed, device=device,
                         threads=threads, max_time=max_time, ema=ema)
     train(shards, out, net=net, opts=opts, valid=list(valid), split=split, resume=resume,
-          keep_state=keep_state, name=name)
+          keep_state=keep_state, name=name, given=_given())
+
+
+def _given():
+    """Names of the TrainOptions and NetConfig fields set on the command line
+    (--resume lets some of them change, refuses a change of the others)."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    explicit = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    return {"min_runtime_ns" if p == "min_us" else p for p in ctx.params
+            if ctx.get_parameter_source(p) in explicit}

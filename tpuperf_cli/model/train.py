@@ -195,8 +195,85 @@ def read_split(path):
 
 # ---------------------------------------------------------------- the loop
 
+# ---------------------------------------------------------------- resuming
+
+# Options a resumed run may change: how long it runs and what it runs on.
+# The others (the loss, the sampling, the network, ...) define the run.
+RESUME_CHANGEABLE = ("epochs", "patience", "max_time", "memory_mb", "threads", "device")
+
+
+def _flag(field):
+    return "--min-us" if field == "min_runtime_ns" else "--" + field.replace("_", "-")
+
+
+def _shown(field, value):
+    return value / 1000.0 if field == "min_runtime_ns" else value
+
+
+def resume_options(stored_opts, stored_net, opts, net, given):
+    """The options of a resumed run: the stored ones, except those named in
+    `given` (chosen explicitly, e.g. on the command line) that may change
+    (RESUME_CHANGEABLE), which take their value in opts. A given option of
+    another kind whose value differs from the stored one is refused
+    (TpuperfError, exit 2). Returns (opts, net, [(field, old, new)])."""
+    from tpuperf_cli.model.net import NetConfig
+
+    new_opts = TrainOptions(**stored_opts)
+    new_net = NetConfig.from_dict(stored_net)
+    opt_fields = {f.name for f in fields(TrainOptions)}
+    net_fields = {f.name for f in fields(NetConfig)}
+    changed, refused = [], []
+    for field in sorted(given or ()):
+        if field in opt_fields and opts is not None:
+            old, new = getattr(new_opts, field), getattr(opts, field)
+        elif field in net_fields and net is not None:
+            old, new = getattr(new_net, field), getattr(net, field)
+        else:
+            continue
+        if new == old:
+            continue
+        if field in RESUME_CHANGEABLE:
+            setattr(new_opts, field, new)
+            changed.append((field, old, new))
+        else:
+            refused.append(f"{_flag(field)} (the run has {_shown(field, old)}, "
+                           f"not {_shown(field, new)})")
+    if refused:
+        raise TpuperfError(f"--resume cannot change {', '.join(refused)}: a resumed run keeps its "
+                           f"options and hyperparameters, but for "
+                           f"{', '.join(_flag(f) for f in RESUME_CHANGEABLE)}", exit_code=2)
+    return new_opts.check(), new_net, changed
+
+
+class CosineTail:
+    """The learning rate of a run whose --epochs changed on resume: a half
+    cosine from the rate it had (lr0, after `start` epochs) down to eta_min
+    after epoch `end`, stepped once per epoch like CosineAnnealingLR."""
+
+    def __init__(self, optimizer, start, lr0, end, eta_min, last=None):
+        self.optimizer = optimizer
+        self.start, self.lr0, self.end, self.eta_min = start, lr0, end, eta_min
+        self.last = start if last is None else last
+
+    def step(self):
+        self.last += 1
+        t = min(1.0, (self.last - self.start) / max(1, self.end - self.start))
+        lr = self.eta_min + (self.lr0 - self.eta_min) * (1 + math.cos(math.pi * t)) / 2
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def state_dict(self):
+        return {"cosine_tail": [self.start, self.lr0, self.end, self.eta_min], "last": self.last}
+
+    @classmethod
+    def from_state(cls, optimizer, d):
+        return cls(optimizer, *d["cosine_tail"], last=d["last"])
+
+
+# ---------------------------------------------------------------- the loop
+
 def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
-          keep_state=False, name=None, progress=log):
+          keep_state=False, name=None, progress=log, given=None):
     """Train a model on the graph records in `data` (paths or glob patterns)
     and write it to `out`. Returns a summary dict (epochs, best epoch,
     validation figures, seconds, model name).
@@ -204,6 +281,13 @@ def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
     valid: shards for validation, all their records (default: none, or the
     split's "valid" programs of `data` when split is given). split: a JSON
     file of program lists; training then keeps only its "train" programs.
+
+    resume: continue the run saved in `out + ".resume"` with its own options
+    and hyperparameters; net and opts are ignored but for the fields named
+    in `given` (those the user chose, e.g. on the command line): epochs,
+    patience, max_time, memory_mb, threads and device take their new value
+    (more epochs: the learning rate decays from where it was to lr/10 over
+    the new last epoch), any other that differs is refused (exit 2).
     """
     import torch
 
@@ -220,10 +304,15 @@ def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
             raise TpuperfError(f"--resume: no {state_path} to resume from (a finished run leaves "
                                f"none; start again without --resume)")
         state = torch.load(state_path, map_location="cpu", weights_only=False)
-        opts = TrainOptions(**state["opts"])
-        net_cfg = NetConfig.from_dict(state["net"])
+        opts, net_cfg, changed = resume_options(state["opts"], state["net"], opts, net, given)
+        if state["epoch"] >= opts.epochs:
+            raise TpuperfError(f"--resume: {out} has run {state['epoch']} epochs, all of its "
+                               f"--epochs {opts.epochs}; give a larger --epochs to train more",
+                               exit_code=2)
         progress(f"train: resuming {out} after epoch {state['epoch']} (options and hyperparameters "
-                 f"of the interrupted run)")
+                 f"of the interrupted run" + "".join(f"; {_flag(f)} {_shown(f, new)} (was "
+                                                     f"{_shown(f, old)})" for f, old, new in changed)
+                 + ")")
     set_threads(opts.threads or None)
     check_device(opts.device)
 
@@ -290,7 +379,14 @@ def train(data, out, net=None, opts=None, valid=None, split=None, resume=False,
         if ema_net is not None:
             ema_net.load_state_dict(state["ema_weights"])
         optim.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
+        if "cosine_tail" in state["scheduler"]:
+            sched = CosineTail.from_state(optim, state["scheduler"])
+        else:
+            sched.load_state_dict(state["scheduler"])
+        if opts.epochs != state["opts"]["epochs"]:
+            # the schedule was for the old number of epochs: decay from the current rate instead
+            sched = CosineTail(optim, state["epoch"], optim.param_groups[0]["lr"], opts.epochs,
+                               opts.lr / 10)
         rng.bit_generator.state = state["rng"]
         torch.set_rng_state(state["torch_rng"])
         start_epoch, best, best_epoch, bad = state["epoch"], state["best"], state["best_epoch"], state["bad"]
