@@ -43,8 +43,10 @@ def cli(files, model_path, batch_size, output, device, threads, show_model):
     Records are predicted --batch-size at a time, in input order, so
     predict works in a pipe and on large shards alike. A record that is
     not a graph record (e.g. a kernel record from hlo-split: no node
-    features) stops predict with an error suggesting featurize; the records
-    before it are written.
+    features) stops predict with an error suggesting featurize, and one
+    the model cannot read (a field missing, or node_feat, kernel_feat or
+    config_feat of the wrong size) with an error naming
+    the record and what is wrong; the records before it are written.
 
     \b
     Examples:
