@@ -198,8 +198,8 @@ def read_model_file(path):
     try:
         d = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many kinds on foreign or corrupt files
-        raise TpuperfError(f"model {path}: not a tpuperf model file ({_load_error(e)}; "
-                           f"make one with `tpuperf train`)") from None
+        raise TpuperfError(f"model {path}: not a tpuperf model file ({_load_error(e)}); "
+                           f"make one with `tpuperf train`") from None
     if not isinstance(d, dict) or d.get("format") != MODEL_FORMAT:
         raise TpuperfError(f"model {path}: not a tpuperf model file (no format {MODEL_FORMAT!r}; "
                            f"make one with `tpuperf train`)")
@@ -223,8 +223,7 @@ def _load_error(e):
     if "Weights only load failed" in text:
         detail = text.split("WeightsUnpickler error:", 1)[-1].strip() if "WeightsUnpickler error:" \
             in text else ""
-        return ("it holds more than plain data and weights, which is never loaded" +
-                (f": {detail}" if detail else ""))
+        return "torch cannot load it as plain data and weights" + (f": {detail}" if detail else "")
     if isinstance(e, EOFError):
         return "the file is cut short"
     return f"torch cannot read it: {text[:200] or type(e).__name__}"
