@@ -193,8 +193,6 @@ def read_split(path):
     return {k: [str(p) for p in d.get(k) or []] for k in ("train", "valid", "test")}
 
 
-# ---------------------------------------------------------------- the loop
-
 # ---------------------------------------------------------------- resuming
 
 # Options a resumed run may change: how long it runs and what it runs on.
