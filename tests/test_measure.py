@@ -153,9 +153,9 @@ ENTRY %main (arg.0: s32[128]) -> s32[128,1,2] {
 }
 """
 
-# the same without % sigils: measure leaves text in that form alone, so this
-# one still reaches the importer with its fusion and aborts XLA
-CRASH = NESTED.replace("%", "")
+# the measuring child aborts on this text, as XLA does on a failed CHECK
+# (which texts XLA aborts on changes with its releases)
+CRASH = NESTED.replace("crash", "abort_here")
 
 # never ends: a while loop whose condition is constant true
 FOREVER = """HloModule forever
@@ -180,9 +180,9 @@ ENTRY %main (x: s32[]) -> s32[] {
 
 @pytest.fixture(scope="module")
 def measurer():
-    from tpuperf_cli.measure.runner import Measurer
+    from tpuperf_cli.measure.device import Measurer
 
-    return Measurer("cpu", runs=3, min_time=0.0005)
+    return Measurer("cpu", samples=3, min_time=0.0005)
 
 
 def kernel(name, hlo, index=0, **extra):
@@ -220,35 +220,41 @@ def test_target_describes_the_machine(measurer):
     assert t["platform"] == "cpu"
     assert t["jax"] == "0.6.2" and t["jaxlib"] == "0.6.2"
     assert t["chip"] and t["device_kind"]
+    assert t["method"] >= 3 and t["clock"] == "process"
     assert len(measurer.key) == 16
 
 
 def test_matmul_runtimes_positive_and_ordered(measurer):
-    small, runs_small = measurer.measure(matmul_hlo(64))
-    big, runs_big = measurer.measure(matmul_hlo(1024))
-    assert small > 0 and len(runs_small) == 3 and small == min(runs_small)
-    assert big > 0 and len(runs_big) == 3 and big == min(runs_big)
+    import statistics
+
+    small = measurer.measure(matmul_hlo(64))
+    big = measurer.measure(matmul_hlo(1024))
+    for m in (small, big):
+        assert m.runtime_ns > 0 and len(m.samples) >= 2 and m.noise >= 0
+        assert m.runtime_ns == statistics.median(m.samples)
     # 4096x the flops: far slower, whatever the noise on a shared machine
-    assert big > 20 * small
+    assert big.runtime_ns > 20 * small.runtime_ns
 
 
 def test_fusion_kernel_runs(measurer):
-    t, runs = measurer.measure(FUSION)
-    assert t > 0 and all(r >= t for r in runs)
+    m = measurer.measure(FUSION)
+    assert m.runtime_ns > 0 and min(m.samples) <= m.runtime_ns <= max(m.samples)
 
 
 @pytest.mark.parametrize("hlo", [DTYPES, NARROW_DTYPES], ids=["common", "narrow"])
 def test_every_dtype_gets_inputs(measurer, hlo):
-    t, _ = measurer.measure(hlo)
-    assert t > 0
+    assert measurer.measure(hlo).runtime_ns > 0
 
 
 def test_integer_inputs_keep_indexing_in_bounds(measurer):
-    from tpuperf_cli.measure.runner import Measurer
+    import numpy as np
+
+    from tpuperf_cli.measure.device import Measurer
 
     exe, params = measurer.compile(INDEXING)
-    args = measurer.inputs(params)
-    out = exe.execute(args)
+    args = measurer.inputs(params[:-1])
+    # one trip of the timing loop computes the kernel once
+    out = exe.execute(args + [measurer.client.buffer_from_pyval(np.int32(1), measurer.device)])
     g, ds, dus, sc = [o.__array__() for o in out]
     import numpy as np
 
@@ -259,14 +265,14 @@ def test_integer_inputs_keep_indexing_in_bounds(measurer):
     # all 10 scatter updates land (none skipped as out of bounds)
     upd = np.asarray(args[3])
     assert np.allclose(sc[0], op[0] + upd.sum(axis=0), rtol=1e-5)
-    assert isinstance(measurer, Measurer) and measurer.measure(INDEXING)[0] > 0
+    assert isinstance(measurer, Measurer) and measurer.measure(INDEXING).runtime_ns > 0
 
 
 def test_float_inputs_positive_and_finite(measurer):
     import numpy as np
 
     _, params = measurer.compile(FUSION)
-    x = np.asarray(measurer.inputs(params)[0])
+    x = np.asarray(measurer.inputs(params[:-1])[0])
     assert x.min() >= 0.5 and x.max() < 1.5
 
 
@@ -277,7 +283,7 @@ def test_float_inputs_positive_and_finite(measurer):
     ("HloModule broken\n\nENTRY %e {\n  %p = f32[ parameter(0)\n}\n", "parse", "parse"),
 ])
 def test_kernels_that_cannot_run_raise(measurer, hlo, kind, words):
-    from tpuperf_cli.measure.runner import MeasureError
+    from tpuperf_cli.measure.device import MeasureError
 
     with pytest.raises(MeasureError) as e:
         measurer.measure(hlo)
@@ -285,37 +291,39 @@ def test_kernels_that_cannot_run_raise(measurer, hlo, kind, words):
     assert words in str(e.value)
 
 
-def test_prepare_promotes_the_fused_computation_and_rewrites_bitcasts():
-    from tpuperf_cli.measure.runner import prepare
-
-    text = FUSION.replace("%m = f32[128,256]{1,0} multiply(%p0, %b)",
-                          "%m = f32[128,256]{1,0} multiply(%p0, %b)\n"
-                          "  %bc = f32[256,128]{1,0} bitcast(%m)\n"
-                          "  %bcc = s32[256,128]{1,0} bitcast-convert(%bc)")
-    out = prepare(text)
-    assert "ENTRY %fused_computation (p0: f32[128,256], p1: f32[256])" in out
-    assert "fusion(" not in out and "%main" not in out
-    assert "reshape(%m)" in out and "bitcast-convert(%bc)" in out
-    assert out.startswith("HloModule fused\n")
-    # anything else is left as it is
-    assert prepare(matmul_hlo(8)) == matmul_hlo(8)
-
-
 def test_fusions_left_in_the_entry_are_inlined(measurer):
-    from tpuperf_cli.measure.runner import prepare
+    from tpuperf_cli.hlo.compilable import compilable_module
 
-    out = prepare(NESTED)
+    out = compilable_module(NESTED)
     assert "fusion(" not in out
     # the fused root takes the fusion's name, so its user still finds it
-    assert "%f = s32[128,1,2]{2,1,0} concatenate(%n.inl2, %r.inl2)" in out
+    assert "%f = s32[128,1,2]{2,1,0} concatenate(%n.f, %r.f)" in out
     assert "ROOT %n2 = s32[128,1,2]{2,1,0} negate(%f)" in out
-    assert measurer.measure(NESTED)[0] > 0
+    assert measurer.measure(NESTED).runtime_ns > 0
 
 
-def test_isolated_measurer_survives_aborts_and_hangs():
-    from tpuperf_cli.measure.runner import IsolatedMeasurer, MeasureError
+def test_batch_measures_each_kernel_and_keeps_errors_in_place(measurer):
+    from tpuperf_cli.measure.device import MeasureError
 
-    m = IsolatedMeasurer("cpu", runs=2, min_time=0.0005, timeout=3)
+    out = measurer.measure_many([matmul_hlo(32), CUSTOM_CALL, FUSION])
+    assert out[0].runtime_ns > 0 and out[2].runtime_ns > 0
+    assert isinstance(out[1], MeasureError) and out[1].kind == "compile"
+
+
+def test_kernel_time_excludes_dispatch(measurer):
+    """One negate of a scalar: a dispatched call costs microseconds, the
+    kernel inside the timing loop far less."""
+    tiny = ("HloModule tiny\n\nENTRY %main (p: f32[]) -> f32[] {\n"
+            "  %p = f32[] parameter(0)\n  ROOT %n = f32[] negate(%p)\n}\n")
+    assert measurer.measure(tiny).runtime_ns < 500
+
+
+def test_isolated_measurer_survives_aborts_and_hangs(monkeypatch):
+    from tpuperf_cli.measure.device import MeasureError
+    from tpuperf_cli.measure.worker import IsolatedMeasurer
+
+    monkeypatch.setenv("TPUPERF_TEST_ABORT_ON", "abort_here")
+    m = IsolatedMeasurer("cpu", samples=2, min_time=0.0005, timeout=3)
     try:
         assert m.target["platform"] == "cpu"
         with pytest.raises(MeasureError) as e:
@@ -324,19 +332,25 @@ def test_isolated_measurer_survives_aborts_and_hangs():
         with pytest.raises(MeasureError) as e:
             m.measure(FOREVER)
         assert e.value.kind == "timeout"
-        t, runs = m.measure(FUSION)  # a fresh worker takes over
-        assert t > 0 and len(runs) == 2
+        got = m.measure(FUSION)  # a fresh worker takes over
+        assert got.runtime_ns > 0 and len(got.samples) == 2
+        # in a batch, only the guilty kernel gets the error
+        out = m.measure_many([FUSION, CRASH, matmul_hlo(16)])
+        assert out[0].runtime_ns > 0 and out[2].runtime_ns > 0
+        assert isinstance(out[1], MeasureError) and out[1].kind == "crash"
     finally:
         m.close()
 
 
-def test_fingerprint_ignores_metadata_and_blank_space():
-    from tpuperf_cli.measure.runner import hlo_fingerprint
+def test_kernel_key_ignores_names_metadata_and_blank_space():
+    from tpuperf_cli.measure import kernel_key
 
     a = matmul_hlo(64)
     b = a.replace(', metadata={op_name="jit(f)/dot_general"}', "").replace("  ", "    ")
-    assert hlo_fingerprint(a) == hlo_fingerprint(b)
-    assert hlo_fingerprint(a) != hlo_fingerprint(matmul_hlo(65))
+    assert kernel_key(a) == kernel_key(b) == kernel_key(a.replace("%dot", "%other"))
+    assert kernel_key(a) != kernel_key(matmul_hlo(65))
+    assert kernel_key(NESTED) != kernel_key(NESTED.replace("negate(%f)", "abs(%f)"))
+    assert kernel_key("not hlo").startswith("text:")
 
 
 def test_cache_round_trip(tmp_path):
@@ -357,7 +371,7 @@ def test_cache_round_trip(tmp_path):
 def test_timeouts_are_not_cached_other_failures_are(tmp_path):
     from tpuperf_cli.measure import MeasureSession
     from tpuperf_cli.measure.cache import Cache
-    from tpuperf_cli.measure.runner import MeasureError
+    from tpuperf_cli.measure.device import MeasureError
 
     class Failing:
         key, target, min_time = "k" * 16, {"platform": "cpu"}, 0.001
@@ -365,8 +379,8 @@ def test_timeouts_are_not_cached_other_failures_are(tmp_path):
         def __init__(self, kind):
             self.kind = kind
 
-        def measure(self, text):
-            raise MeasureError(self.kind, "no luck")
+        def measure_many(self, texts):
+            return [MeasureError(self.kind, "no luck") for _ in texts]
 
     for kind, cached in (("timeout", 0), ("compile", 1)):
         cache = Cache(tmp_path / kind)
@@ -404,11 +418,11 @@ def test_stream_gets_fields_cache_hits_on_second_run(tmp_path):
     assert len(out) == len(recs)
     for before, after in zip(recs, out):
         new = set(after) - set(before)
-        assert new <= {"runtime_ns", "runs", "target", "error"}
+        assert new <= {"runtime_ns", "runs", "noise", "target", "error"}
         # everything that was there is unchanged
         assert {k: after[k] for k in before} == before
         assert after["target"]["platform"] == "cpu"
-    assert out[0]["runtime_ns"] > 0 and len(out[0]["runs"]) == 3
+    assert out[0]["runtime_ns"] > 0 and len(out[0]["runs"]) >= 3 and out[0]["noise"] >= 0
     assert "error" not in out[0]
     assert out[1]["error"].startswith("compile:") and "runtime_ns" not in out[1]
     assert out[2]["error"].startswith("collective:")
@@ -429,6 +443,21 @@ def test_stream_gets_fields_cache_hits_on_second_run(tmp_path):
 
     p3 = run_measure(["--no-cache"], data, tmp_path)
     assert "4 timed now, 0 from the cache" in p3.stderr.decode()
+
+
+def test_cache_is_keyed_by_the_text_not_the_fingerprint_field(tmp_path):
+    # a record whose text was edited but kept another kernel's fingerprint
+    small = kernel("mm8", matmul_hlo(8), 0)
+    big = kernel("mm512", matmul_hlo(512), 1, fingerprint=None)
+    run_measure([], stream_bytes([small]), tmp_path)
+    from tpuperf_cli.measure import kernel_key
+
+    big["fingerprint"] = kernel_key(matmul_hlo(8))  # the cached small kernel's
+    p = run_measure([], stream_bytes([big]), tmp_path)
+    (out,) = records_of(p.stdout)
+    assert "1 timed now, 0 from the cache" in p.stderr.decode()
+    assert "record 1: its fingerprint" in p.stderr.decode()
+    assert out["runtime_ns"] > 0
 
 
 def test_cache_dir_option_and_files_as_arguments(tmp_path):
@@ -463,7 +492,7 @@ def test_ctrl_c_keeps_cache_and_a_valid_stream(tmp_path):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
     out_path = tmp_path / "out.msgpack"
     with open(out_path, "wb") as out:
-        p = subprocess.Popen(MEASURE + ["--backend", "cpu", "--min-time", "20ms"],
+        p = subprocess.Popen(MEASURE + ["--backend", "cpu", "--min-time", "20ms", "--batch", "2"],
                              stdin=subprocess.PIPE, stdout=out, stderr=subprocess.PIPE, env=env)
         p.stdin.write(stream_bytes(recs))
         p.stdin.close()
@@ -503,12 +532,15 @@ def test_unavailable_backend_is_a_clear_error(tmp_path):
 
 def test_pinned_process_clock_target(tmp_path):
     data = stream_bytes([kernel("f", FUSION), kernel("mm", matmul_hlo(256), 1)])
-    p = run_measure(["--no-cache", "--cpus", "1", "--clock", "process"], data, tmp_path)
+    p = run_measure(["--no-cache"], data, tmp_path)  # the defaults: --cpus 1, process clock
     out = records_of(p.stdout)
     assert all(r["target"]["cpu_count"] == 1 and r["target"]["clock"] == "process" for r in out)
+    assert all(r["target"]["cpu"]["vendor"] for r in out)
     assert 0 < out[0]["runtime_ns"] < out[1]["runtime_ns"]
+    p = run_measure(["--no-cache", "--cpus", "all", "--clock", "wall"], data, tmp_path)
+    assert all(r["target"]["clock"] == "wall" for r in records_of(p.stdout))
     # a clock or CPU count is part of the target, hence of the cache key
-    from tpuperf_cli.measure.runner import target_key
+    from tpuperf_cli.measure.target import target_key
 
     assert target_key(out[0]["target"]) != target_key({**out[0]["target"], "clock": "wall"})
 
@@ -534,7 +566,7 @@ def test_committed_corpus_is_whole():
     for p in manifest["per_program"]:
         recs = list(read_records(str(root / p["kernel_shard"])))
         assert len(recs) == p["kernels"]
-        assert all(r["runtime_ns"] > 0 and len(r["runs"]) == 3 for r in recs if "error" not in r)
+        assert all(r["runtime_ns"] > 0 and len(r["runs"]) >= 3 for r in recs if "error" not in r)
         assert all(r["target"]["platform"] == "cpu" for r in recs)
         fingerprints |= {r["fingerprint"] for r in recs}
         total += len(recs)

@@ -69,16 +69,32 @@ class _Progress:
             sys.stderr.flush()
 
 
+def _cpus(ctx, param, value):
+    if value is None or str(value).lower() == "all":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a number of CPUs or 'all'") from None
+    if n < 1:
+        raise click.BadParameter("must be at least 1 (or 'all')")
+    return n
+
+
 @click.command("measure", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("inputs", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--backend", type=click.Choice(["auto", "cpu", "gpu", "tpu"]), default="auto",
               show_default=True,
               help="XLA backend to time on; auto picks the best present (tpu, gpu, cpu).")
-@click.option("--runs", type=click.IntRange(1), default=3, show_default=True,
-              help="Timed runs per kernel; runtime_ns is their minimum.")
-@click.option("--min-time", "min_time", default="10ms", show_default=True, metavar="DURATION",
-              help="Shortest duration of one run (e.g. 2ms, 0.5s, 300us; a bare number is "
-                   "milliseconds); the kernel is repeated inside a run until it passes this.")
+@click.option("--samples", "--runs", "samples", type=click.IntRange(1), default=7,
+              show_default=True,
+              help="Timed samples per kernel; runtime_ns is their median (--runs is the old "
+                   "name).")
+@click.option("--min-time", "min_time", default="2ms", show_default=True, metavar="DURATION",
+              help="Shortest duration of one sample (e.g. 1ms, 0.5s, 300us; a bare number is "
+                   "milliseconds): the kernel runs in a loop on the device until it passes this.")
+@click.option("--batch", type=click.IntRange(1), default=32, show_default=True, metavar="N",
+              help="Kernels timed together, their samples interleaved in rounds.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Cache directory [default: $XDG_CACHE_HOME/tpuperf or ~/.cache/tpuperf].")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
@@ -86,93 +102,103 @@ class _Progress:
               help="Measure again kernels whose cached measurement failed.")
 @click.option("--progress/--no-progress", default=None,
               help="Show a progress bar on stderr [default: when stderr is a terminal].")
-@click.option("--cpus", type=click.IntRange(1), default=None, metavar="N",
-              help="Time on N CPUs only (the process is pinned to them, so XLA:CPU runs N "
-                   "threads) [default: all]. --cpus 1 is far steadier on a busy machine.")
-@click.option("--clock", type=click.Choice(["wall", "process"]), default="wall",
+@click.option("--cpus", default="1", show_default=True, metavar="N|all", callback=_cpus,
+              help="Time on N CPUs only: the measuring process is pinned to them, and with "
+                   "one XLA:CPU runs dots and convolutions on the calling thread. 'all' "
+                   "leaves the process on every CPU it may use.")
+@click.option("--clock", type=click.Choice(["auto", "wall", "process"]), default="auto",
               show_default=True,
-              help="What a run's duration is: elapsed wall time, or the CPU time of the "
-                   "measuring process (CPU only; with --cpus 1 it discounts time spent "
-                   "descheduled on a busy machine).")
+              help="What a sample's duration is: the CPU time of the measuring process "
+                   "(process: CPU only; time spent descheduled on a busy machine does not "
+                   "count) or elapsed time (wall). auto: process on CPU, wall elsewhere.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
               metavar="SECONDS",
               help="Give up on a kernel (error kind timeout) after this long.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary on stderr.")
-def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, progress, cpus,
-        clock, timeout, quiet):
+def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_errors, progress,
+        cpus, clock, timeout, quiet):
     """Time kernels on a real device through XLA and add their runtimes.
 
     Reads kernel records (hlo-split) or graph records (featurize) from the
     files given, plain or zstd, or from stdin, and writes the same records to
-    stdout with three fields added:
+    stdout with four fields added:
 
     \b
-      runtime_ns  the kernel's runtime in nanoseconds: the minimum over
-                  --runs runs (3, as in the paper)
-      runs        the runtime of each run, in ns
-      target      where it ran: platform (cpu/gpu/tpu), device_kind, chip
-                  (the CPU model or the accelerator), jax and jaxlib
-                  versions, platform_version; on CPU cpu_count (the CPUs
-                  the process could use); clock when not "wall"
+      runtime_ns  the kernel's runtime in nanoseconds: the median of its
+                  samples
+      runs        the samples (ns per run of the kernel), in the order taken
+      noise       their relative spread: 1.4826 * MAD / median, a robust
+                  relative standard deviation (0.03: a sample is typically
+                  3% off); train and eval use it
+      target      the machine: platform (cpu/gpu/tpu), device_kind, chip
+                  (the CPU model name or the accelerator); on CPU also cpu
+                  (vendor, family, model, stepping), caches (sizes by
+                  level), cpu_count (CPUs the process could use) and cores;
+                  clock, method (the timing method's version), jax and
+                  jaxlib versions, platform_version
 
     A kernel that cannot be timed gets `error` (a reason, prefixed by its
     kind: collective, parse, convert, compile, unsupported, inputs, run,
-    crash, timeout) instead of runtime_ns, and the stream goes on. All other fields pass through
-    untouched.
+    crash, timeout) instead of runtime_ns, and the stream goes on. All other
+    fields pass through untouched.
 
     How a kernel is timed: its standalone HloModule (the record's `hlo`) is
-    parsed, converted to StableHLO and compiled with XLA by jaxlib's PJRT
-    client for one device of --backend; the code path is the same for every
-    backend. The text is already optimized, so this runs XLA's pipeline on it
-    a second time; for a one-kernel module that changes little (there is
-    nothing left to fuse with), but the backend may still rewrite it. Inputs
-    of the parameters' shapes and dtypes are put on the device once:
+    put inside a while loop that runs it n times in one call of one
+    executable (n is a parameter), converted to StableHLO and compiled with
+    XLA by jaxlib's PJRT client for one device of --backend; the code path
+    is the same for every backend. Fusions are unfused first and re-fused by
+    XLA (the StableHLO importer drops the layouts inside a fusion, which
+    XLA:CPU aborts on), bitcasts become reshapes, and parameters whose
+    layout is not row-major arrive flat in memory order, so that a
+    layout-changing copy still moves its data. The loop carries the inputs
+    through an opt-barrier (so XLA cannot hoist the kernel out of it) and
+    writes the output into the same buffer every trip. A sample is the time
+    of a call with n trips less the time of a call with none, divided by n:
+    the kernel's own time, without Python or PJRT dispatch (the paper times
+    kernels on the device). n is chosen so that a sample takes at least
+    --min-time.
+
+    Inputs of the parameters' shapes and dtypes are put on the device once:
     floating-point values uniform in [0.5, 1.5) (finite under log, sqrt,
     divide; no denormals), integers all zero (a valid index into any
     dimension, so every gather, scatter and dynamic-slice stays in bounds),
-    booleans random. After one warm-up call, untimed calibration calls find
-    how many calls pass --min-time; each of the --runs runs then repeats the
-    kernel that many times (waiting for each call to finish) and divides. Each call waits for the execution's completion token (outputs
-    are not wrapped as Python arrays). Per-call dispatch overhead (about
-    4.4 us on this project's CPU machine: the runtime of a one-op kernel)
-    is part of every runtime, so kernels near that floor are told apart
-    poorly on CPU.
+    booleans random.
 
-    On a shared CPU machine, `--cpus 1 --clock process` is the steady
-    setting: the measuring process is pinned to one CPU (XLA then runs one
-    thread) and a run's duration is the CPU time the process got, so time
-    spent waiting for the CPU does not count. On this project's 2-core
-    machine, busy with other jobs (load 3 to 7), the spread (max-min)/median
-    of 5 repeated min-of-3 measurements of one kernel had a median of 4-6%
-    and a 90th percentile of 14-19% this way, against 7-76% and 45-180%
-    with the wall clock on both CPUs (benchmarks/bench_measure_noise.py). A
-    target with another clock or CPU count is another cache key.
+    Kernels are timed --batch at a time: each is compiled and calibrated,
+    then the samples are taken in rounds across the batch, so that a burst
+    of interference from other processes hits one sample of many kernels
+    rather than every sample of one. On CPU, a sample during which the
+    measuring thread was switched out (its context-switch count moved) is
+    dropped, unless that leaves fewer than half of them.
+
+    The steady settings are the defaults: on a shared CPU machine the
+    process is pinned to one CPU (--cpus 1) and a sample's duration is the
+    CPU time it got (--clock process). benchmarks/bench_measure_noise.py
+    measures how well two independent runs agree on this machine (the
+    README gives the figures). The target (with clock and CPU count) is
+    part of the cache key: another machine, clock or method is measured
+    afresh.
 
     Collectives, infeed/outfeed and send/recv cannot run alone and fail with
     kind "collective"; custom calls the runtime lacks fail to compile.
 
     Compilation and timing happen in a child process: XLA aborts the process
     on some internal errors (a failed CHECK), and a kernel may never finish;
-    such a kernel gets error kind "crash" or "timeout" (--timeout) and a new
-    child takes over. Before compiling, fusions in the ENTRY are inlined (a
-    module whose ENTRY only calls one fusion becomes the fused computation;
-    XLA then re-fuses the ops) and bitcasts become reshapes: the StableHLO
-    importer drops the layouts inside fusions, which XLA:CPU aborts on, and
-    mishandles bitcasts. StableHLO has no layouts: the ENTRY parameter
-    layouts are passed on as the executable's argument layouts; layouts
-    inside the kernel (and TPU tiling such as T(8,128)) are chosen again by
-    the compiler.
+    a batch hit by either is timed again one kernel at a time, and the
+    guilty kernel gets error kind "crash" or "timeout" (--timeout).
 
     The cache: each measurement (or failure, but for a timeout, which
-    depends on the load and --timeout) is stored under the kernel's
-    fingerprint (a hash of its text when the record has none) and the
-    target, in an sqlite3 file in --cache-dir, committed one by one. A
-    second run of the same pipeline times nothing again, an interrupted run
-    resumes, and a fingerprint seen twice in one stream is timed once. A
-    cached value is reused whatever --runs and --min-time are now; use
-    --no-cache (or another --cache-dir) to measure afresh. Ctrl-C keeps
-    every finished measurement in the cache and leaves stdout a valid
-    stream up to the last whole record.
+    depends on the load and --timeout) is stored under the fingerprint of
+    the kernel's hlo text (computed from the text, as hlo-split computes the
+    record's fingerprint; a record whose fingerprint field disagrees is
+    keyed by its text, with a warning) and the target, in an sqlite3 file
+    in --cache-dir, committed batch by batch. A second run of the same
+    pipeline times nothing again, an interrupted run resumes, and a kernel
+    seen twice in one stream is timed once. Several measure processes may
+    share one cache. A cached value is reused whatever --samples and
+    --min-time are now; use --no-cache (or another --cache-dir) to measure
+    afresh. Ctrl-C keeps every finished batch in the cache and leaves stdout
+    a valid stream up to the last whole record.
 
     On stderr: a progress bar with rate and ETA when stderr is a terminal
     (the input is then read whole first, to know the total), otherwise a
@@ -182,10 +208,10 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
     \b
     Examples:
       hlo-split prog.hlo | featurize | measure --backend cpu > prog.msgpack
-      hlo-split prog.hlo | featurize | measure --min-time 2ms | zstd > prog.zst
-      measure --backend tpu --runs 5 kernels.zst > timed.msgpack
-      measure --no-cache --runs 10 --min-time 50ms kernels.msgpack
-      measure --cpus 1 --clock process --min-time 3ms kernels.zst > timed.msgpack
+      hlo-split prog.hlo | featurize | measure | zstd > prog.zst
+      measure --backend tpu --samples 9 kernels.zst > timed.msgpack
+      measure --no-cache --samples 15 --min-time 5ms kernels.msgpack
+      measure --cpus all --clock wall kernels.zst > timed.msgpack
 
     \b
     On a TPU host (none is reachable from the project's own machines):
@@ -199,25 +225,31 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
     """
     from tpuperf_cli.measure import MeasureSession
     from tpuperf_cli.measure.cache import Cache
-    from tpuperf_cli.measure.runner import IsolatedMeasurer, MeasureError
+    from tpuperf_cli.measure.device import MeasureError
+    from tpuperf_cli.measure.worker import IsolatedMeasurer
     from tpuperf_cli.stream import RecordWriter, read_records
 
     prog = click.get_current_context().info_name or "measure"
     seconds = parse_duration(min_time)
     try:
-        measurer = IsolatedMeasurer(backend, runs=runs, min_time=seconds, timeout=timeout,
+        measurer = IsolatedMeasurer(backend, samples=samples, min_time=seconds, timeout=timeout,
                                     cpus=cpus, clock=clock)
     except MeasureError as e:
         raise TpuperfError(e.message) from None
     cache = None if no_cache else Cache(cache_dir)
-    session = MeasureSession(measurer, cache, retry_errors=retry_errors)
+
+    def warn(message):
+        print(f"{prog}: warning: {message}", file=sys.stderr)
+
+    session = MeasureSession(measurer, cache, retry_errors=retry_errors, warn=warn)
     tty = sys.stderr.isatty()
     show = tty if progress is None else progress
 
     def numbered():
         for source in inputs or ["-"]:
+            name = "<stdin>" if source == "-" else source
             for number, record in enumerate(read_records(source), 1):
-                yield source, number, record
+                yield record, number, name
 
     records = numbered()
     total = None
@@ -230,17 +262,17 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
     bar = _Progress(total, show and total is not None, prog)
     writer = RecordWriter(sys.stdout.buffer)
     try:
-        for source, number, record in records:
-            name = "<stdin>" if source == "-" else source
-            session.update(record, number, name)
-            # a record is written whole or not at all, even under Ctrl-C
-            old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-            try:
-                writer.write(record)
-                writer.flush()
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old)
-            bar.step(str(record.get("kernel", "")))
+        for chunk in _chunks(records, batch, session.check):
+            session.update_many(chunk)
+            for record, _, _ in chunk:
+                # a record is written whole or not at all, even under Ctrl-C
+                old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+                try:
+                    writer.write(record)
+                    writer.flush()
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, old)
+                bar.step(str(record.get("kernel", "")))
         if bad_input is not None:
             raise bad_input
     finally:
@@ -255,3 +287,23 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
         if not quiet and session.total:
             for line in session.summary(prog):
                 print(line, file=sys.stderr)
+
+
+def _chunks(items, size, check):
+    """Lists of up to `size` (record, number, name) items; a reading error,
+    or a record that `check` refuses, ends the last list early and is raised
+    after it was handed out (good records first)."""
+    chunk = []
+    try:
+        for item in items:
+            check(*item)
+            chunk.append(item)
+            if len(chunk) >= size:
+                yield chunk
+                chunk = []
+    except TpuperfError:
+        if chunk:
+            yield chunk
+        raise
+    if chunk:
+        yield chunk

@@ -313,6 +313,26 @@ def fingerprint(module, kernel):
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
+def module_fingerprint(text, filename="<kernel>"):
+    """The fingerprint of a standalone kernel module's text (what `measure`
+    keys its cache by). For a module hlo-split wrote it equals the record's
+    fingerprint; for a module of several instructions it hashes the whole
+    module in the same normalised form. Raises ParseError on bad text."""
+    from tpuperf_cli.hlo.parser import parse_module
+
+    module = parse_module(text, filename)
+    entry = module.entry
+    root = entry.root
+    glue = ("parameter", "after-all")
+    if root is not None and root.opcode not in glue and all(
+            i is root or i.opcode in glue for i in entry.instructions):
+        return fingerprint(module, (entry, root))
+    names = {n: f"c{k}" for k, n in enumerate(module.computations)}
+    body = "\n".join(_print_computation(c, names.__getitem__, True, entry=c.is_entry)
+                     for c in module.computations.values())
+    return hashlib.blake2b(body.encode(), digest_size=16).hexdigest()
+
+
 def kernel_records(module, program=None, warn=None):
     """Kernel records (dicts, see the record format) for every kernel of an
     ir.Module, in program order."""
@@ -333,35 +353,3 @@ def kernel_records(module, program=None, warn=None):
             fingerprint=fingerprint(module, k),
             computation=k.computation.name,
         )
-
-
-# ---------------------------------------------------------------- for compiling
-
-def compilable_module(text, filename="<kernel>"):
-    """A kernel's standalone module rewritten so that XLA's *compile*
-    pipeline takes it, for timing it (same work, same shapes).
-
-    Optimized HLO is not what XLA's compiler expects as input: going through
-    StableHLO (the way jaxlib 0.6 compiles) a fusion whose body has bitcasts
-    fails, or aborts the process in a layout check. So: a fusion at the
-    ENTRY root is unfused (its fused computation becomes the ENTRY, one
-    parameter per fusion operand) and bitcasts become reshapes (the same
-    zero-cost op once layouts are gone; values are not kept, timing is).
-    Other kernels come back unchanged. Raises ParseError on bad text.
-    """
-    from tpuperf_cli.hlo.parser import parse_module
-
-    module = parse_module(text, filename)
-    root = module.entry.root
-    if root.opcode != "fusion" or not root.called:
-        return text
-    fused = module.computations[root.called[0]]
-    keep = [c for c in _closure(module, [c for i in fused.instructions for c in i.called])]
-    out = [f"HloModule {module.name}", ""]
-    for c in keep:
-        out.append(_print_computation(module.computations[c], lambda n: n, False))
-        out.append("")
-    entry = _print_computation(fused, lambda n: n, False, entry=True)
-    out.append(re.sub(r"([\]})]) bitcast\(", r"\1 reshape(", entry))
-    out.append("")
-    return "\n".join(out)

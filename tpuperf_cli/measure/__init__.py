@@ -1,81 +1,142 @@
 """Measure kernels on real hardware through XLA (the `measure` tool's library).
 
-`Measurer` (runner.py) compiles one kernel's standalone HloModule for one
-device and times it; `Cache` (cache.py) keeps every measurement keyed by
-(kernel fingerprint, target); `MeasureSession` joins them over a record
-stream: it adds runtime_ns, runs and target to each record (or error), never
-times one fingerprint twice, and counts what happened for the summary.
+`Measurer` (device.py) compiles kernels' standalone HloModules for one device
+and times them; `IsolatedMeasurer` (worker.py) runs it in a child process;
+`Cache` (cache.py) keeps every measurement keyed by (kernel fingerprint,
+target); `MeasureSession` joins them over a record stream: it adds
+runtime_ns, runs, noise and target to each record (or error), never times
+one kernel twice, and counts what happened for the summary.
+
+The cache key is the fingerprint of the module that is compiled, computed
+from the record's `hlo` text, not the record's `fingerprint` field: a
+record whose text was edited but kept its fingerprint must not get another
+kernel's runtime (or give its runtime to others through a shared cache).
 """
 
+import hashlib
 from collections import Counter, OrderedDict
 
-from tpuperf_cli.errors import StreamError
+from tpuperf_cli.errors import StreamError, TpuperfError
 
-from .runner import MeasureError, hlo_fingerprint  # noqa: F401  (jax loads lazily)
+from .device import MeasureError, Measurement  # noqa: F401  (jax loads lazily)
 
-RESULT_FIELDS = ("runtime_ns", "runs", "target", "error")
+RESULT_FIELDS = ("runtime_ns", "runs", "noise", "target", "error")
 
 # failures that say more about the moment (machine load, --timeout) than
 # about the kernel: not cached, so the next run tries again
 TRANSIENT_ERRORS = frozenset({"timeout"})
 
 
-class MeasureSession:
-    """Adds measurements to records, one at a time.
+def kernel_key(text):
+    """The fingerprint of a kernel module's text (hlo.split's, computed
+    from the text); for text that does not parse, a hash of the text."""
+    from tpuperf_cli.hlo.split import module_fingerprint
 
-    measurer: a runner.Measurer (or anything with .measure(text), .target,
-    .key, .min_time); cache: a cache.Cache or None.
+    try:
+        return module_fingerprint(text)
+    except TpuperfError:
+        return "text:" + hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+class MeasureSession:
+    """Adds measurements to records, a batch at a time.
+
+    measurer: a device.Measurer or worker.IsolatedMeasurer (anything with
+    .measure_many(texts), .target, .key, .min_time); cache: a cache.Cache or
+    None; warn: called with a message for each record whose fingerprint
+    field disagrees with its text.
     """
 
-    def __init__(self, measurer, cache=None, retry_errors=False):
+    def __init__(self, measurer, cache=None, retry_errors=False, warn=None):
         self.measurer = measurer
         self.cache = cache
         self.retry_errors = retry_errors
-        self._memo = {}  # fingerprint -> result, for this run (even without a cache)
+        self.warn = warn
+        self._memo = {}  # kernel key -> result, for this run (even without a cache)
         self.timed = 0
         self.from_cache = 0
         self.repeated = 0
+        self.mismatched = 0
         self.ok = 0
         self.failed = Counter()  # error kind -> count
         self.examples = {}  # error kind -> OrderedDict(message -> count)
 
-    def _result(self, fingerprint, text):
-        if fingerprint in self._memo:
-            self.repeated += 1
-            return self._memo[fingerprint]
-        result = None
-        if self.cache is not None:
-            hit = self.cache.get(fingerprint, self.measurer.key)
-            if hit is not None and not (hit["error"] and self.retry_errors):
-                result = hit
+    def _cached(self, key):
+        if self.cache is None:
+            return None
+        hit = self.cache.get(key, self.measurer.key)
+        if hit is None or (hit["error"] and self.retry_errors):
+            return None
+        return hit
+
+    def _store(self, key, result):
+        self._memo[key] = result
+        if self.cache is not None and result["error_kind"] not in TRANSIENT_ERRORS:
+            self.cache.put(key, self.measurer.key, self.measurer.target, result["runtime_ns"],
+                           result["runs"], result["error"], result["error_kind"],
+                           self.measurer.min_time, result.get("noise"))
+
+    def update_many(self, items):
+        """Add the measurement fields to records in place and return them.
+        items: (record, number, source name) triples. The kernels neither
+        measured in this run nor cached are timed together (interleaved)."""
+        keyed = []
+        todo = OrderedDict()  # key -> text, to time now
+        for record, number, name in items:
+            key = self._key(record, number, name)
+            keyed.append((record, key))
+            if key in self._memo or key in todo:
+                continue
+            hit = self._cached(key)
+            if hit is not None:
+                self._memo[key] = hit
                 self.from_cache += 1
-        if result is None:
-            try:
-                runtime, runs = self.measurer.measure(text)
-                result = {"runtime_ns": runtime, "runs": runs, "error": None, "error_kind": None}
-            except MeasureError as e:
-                result = {"runtime_ns": None, "runs": None, "error": str(e), "error_kind": e.kind}
-            self.timed += 1
-            if self.cache is not None and result["error_kind"] not in TRANSIENT_ERRORS:
-                self.cache.put(fingerprint, self.measurer.key, self.measurer.target,
-                               result["runtime_ns"], result["runs"], result["error"],
-                               result["error_kind"], self.measurer.min_time)
-        self._memo[fingerprint] = result
-        return result
+            else:
+                todo[key] = record["hlo"]
+        if todo:
+            results = self.measurer.measure_many(list(todo.values()))
+            for key, result in zip(todo, results):
+                self._store(key, _as_row(result))
+            self.timed += len(todo)
+        counted = set()
+        for record, key in keyed:
+            if key in counted:
+                self.repeated += 1
+            counted.add(key)
+            self._apply(record, self._memo[key])
+        return [record for record, _ in keyed]
 
     def update(self, record, number=None, name=None):
         """Add the measurement fields to one record (in place) and return it."""
+        return self.update_many([(record, number, name)])[0]
+
+    @staticmethod
+    def check(record, number=None, name=None):
+        """Raise StreamError if the record has no kernel text to measure."""
         text = record.get("hlo")
         if not isinstance(text, str) or not text.strip():
             where = f"{name or 'input'}: record {number}" if number is not None else "record"
             raise StreamError(f"{where}: no 'hlo' text to measure (type {record.get('type', '?')!r}; "
                               f"measure reads kernel or graph records from hlo-split/featurize)")
-        fingerprint = record.get("fingerprint") or hlo_fingerprint(text)
-        result = self._result(str(fingerprint), text)
+
+    def _key(self, record, number, name):
+        self.check(record, number, name)
+        text = record["hlo"]
+        key = kernel_key(text)
+        claimed = record.get("fingerprint")
+        if claimed and not key.startswith("text:") and str(claimed) != key:
+            self.mismatched += 1
+            if self.warn is not None and self.mismatched <= 3:
+                where = f"{name or 'input'}: record {number}" if number is not None else "a record"
+                self.warn(f"{where}: its fingerprint {claimed} is not that of its hlo text "
+                          f"({key}); timed and cached by its text")
+        return key
+
+    def _apply(self, record, result):
         record["target"] = self.measurer.target
         if result["error"]:
-            record.pop("runtime_ns", None)
-            record.pop("runs", None)
+            for field in ("runtime_ns", "runs", "noise"):
+                record.pop(field, None)
             record["error"] = result["error"]
             kind = result["error_kind"] or result["error"].split(":", 1)[0]
             self.failed[kind] += 1
@@ -85,8 +146,9 @@ class MeasureSession:
             record.pop("error", None)
             record["runtime_ns"] = float(result["runtime_ns"])
             record["runs"] = [float(r) for r in result["runs"]]
+            if result.get("noise") is not None:
+                record["noise"] = float(result["noise"])
             self.ok += 1
-        return record
 
     @property
     def total(self):
@@ -97,7 +159,10 @@ class MeasureSession:
         lines = [f"{prog}: {self.total} kernel(s): {self.ok} measured, "
                  f"{sum(self.failed.values())} failed; "
                  f"{self.timed} timed now, {self.from_cache} from the cache, "
-                 f"{self.repeated} repeated fingerprint(s)"]
+                 f"{self.repeated} repeated kernel(s)"]
+        if self.mismatched:
+            lines.append(f"{prog}: {self.mismatched} record(s) whose fingerprint field is not "
+                         f"that of their hlo text (keyed by the text)")
         for kind, count in self.failed.most_common():
             lines.append(f"{prog}:   {count} failed: {kind}")
             for message, n in list(self.examples[kind].items())[:3]:
@@ -106,6 +171,14 @@ class MeasureSession:
             if more > 0:
                 lines.append(f"{prog}:     ... and {more} other message(s)")
         return lines
+
+
+def _as_row(result):
+    if isinstance(result, MeasureError):
+        return {"runtime_ns": None, "runs": None, "noise": None, "error": str(result),
+                "error_kind": result.kind}
+    return {"runtime_ns": result.runtime_ns, "runs": result.samples, "noise": result.noise,
+            "error": None, "error_kind": None}
 
 
 def _clip(s, n=160):

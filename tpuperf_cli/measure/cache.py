@@ -26,6 +26,7 @@ CREATE TABLE IF NOT EXISTS measurement (
     target      TEXT NOT NULL,
     min_time    REAL,
     measured_at REAL NOT NULL,
+    noise       REAL,
     PRIMARY KEY (fingerprint, target_key)
 )
 """
@@ -51,28 +52,34 @@ class Cache:
             self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(measurement)")}
+            if "noise" not in columns:  # a cache written before noise was kept
+                self._db.execute("ALTER TABLE measurement ADD COLUMN noise REAL")
         except sqlite3.Error as e:
             raise TpuperfError(f"cache {self.path}: {e}") from None
 
     def get(self, fingerprint, key):
-        """The cached entry as a dict (runtime_ns, runs, error, error_kind,
-        target), or None."""
+        """The cached entry as a dict (runtime_ns, runs, noise, error,
+        error_kind, target), or None."""
         row = self._db.execute(
-            "SELECT runtime_ns, runs, error, error_kind, target FROM measurement "
+            "SELECT runtime_ns, runs, noise, error, error_kind, target FROM measurement "
             "WHERE fingerprint = ? AND target_key = ?", (fingerprint, key)).fetchone()
         if row is None:
             return None
-        runtime_ns, runs, error, error_kind, target = row
+        runtime_ns, runs, noise, error, error_kind, target = row
         return {"runtime_ns": runtime_ns, "runs": json.loads(runs) if runs else None,
-                "error": error, "error_kind": error_kind, "target": json.loads(target)}
+                "noise": noise, "error": error, "error_kind": error_kind,
+                "target": json.loads(target)}
 
     def put(self, fingerprint, key, target, runtime_ns=None, runs=None, error=None,
-            error_kind=None, min_time=None):
+            error_kind=None, min_time=None, noise=None):
         """Store one measurement (or failure) and commit it."""
         self._db.execute(
-            "INSERT OR REPLACE INTO measurement VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO measurement (fingerprint, target_key, runtime_ns, runs, "
+            "error, error_kind, target, min_time, measured_at, noise) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (fingerprint, key, runtime_ns, json.dumps(runs) if runs is not None else None,
-             error, error_kind, json.dumps(target, sort_keys=True), min_time, time.time()))
+             error, error_kind, json.dumps(target, sort_keys=True), min_time, time.time(), noise))
 
     def __len__(self):
         return self._db.execute("SELECT COUNT(*) FROM measurement").fetchone()[0]

@@ -1,0 +1,293 @@
+"""A kernel's standalone module rewritten for timing it: what `measure` compiles.
+
+Optimized HLO is not what XLA's compiler expects as input. Through StableHLO
+(the way jaxlib 0.6 compiles), a fusion keeps its body as a region without
+the layouts of its instructions, which XLA:CPU then aborts on (a failed
+CHECK, not an error), and a bitcast gets the wrong layout attributes. So
+`compilable_module`:
+
+* unfuses every fusion: its fused computation's instructions take its place
+  (renamed apart; the fused root takes the fusion's name), nested fusions
+  too, and XLA's pipeline fuses the plain ops again;
+* turns bitcasts into reshapes (after layout assignment a bitcast is a
+  reshape that moves no data; values do not matter for timing).
+
+`timing_module` then puts the kernel inside a while loop that runs it `n`
+times in one executable call, `n` being a parameter of the executable:
+
+    ENTRY (p0, ..., pk, n) -> R
+      while i < n: out = kernel(p0, ..., pk)
+
+The loop carries the inputs through an opt-barrier, so XLA cannot see that
+they do not change and hoist the kernel out of the loop; the output slot is
+rewritten every trip, so the kernel writes into the same warm buffer each
+time, as a kernel does inside a program, instead of a fresh allocation per
+call. The time of one trip is then the kernel's own time on the device, with
+neither Python nor the PJRT dispatch in it.
+"""
+
+import dataclasses
+
+from tpuperf_cli.hlo.ir import Instruction, Shape
+from tpuperf_cli.hlo.parser import parse_module
+from tpuperf_cli.hlo.split import _closure, _print_computation, _signature
+
+# Names of the computations and instructions the timing loop adds; a kernel
+# that already uses one gets a suffix.
+_LOOP_NAMES = ("timing.kernel", "timing.body", "timing.cond", "timing.main")
+
+
+def _inline_fusions(module, comp, taken):
+    """comp's instructions with every fusion replaced by the instructions
+    of its fused computation, recursively. taken: names in use (updated)."""
+    out = []
+    for ins in comp.instructions:
+        if ins.opcode != "fusion" or not ins.called:
+            out.append(ins)
+            continue
+        fused = module.computations[ins.called[0]]
+        inner = _inline_fusions(module, fused, taken)
+        root = next((f for f in inner if f.is_root), inner[-1])
+        rename = {}
+        for f in inner:
+            if f.opcode == "parameter":
+                rename[f.name] = ins.operands[f.parameter_number]
+            elif f is root:
+                rename[f.name] = ins.name
+            else:
+                rename[f.name] = _fresh(f"{f.name}.{ins.name}", taken)
+        for f in inner:
+            if f.opcode == "parameter":
+                continue
+            out.append(dataclasses.replace(
+                f, name=rename[f.name], operands=[rename.get(o, o) for o in f.operands],
+                is_root=ins.is_root and f is root))
+    return out
+
+
+def _plain(ins):
+    return dataclasses.replace(ins, opcode="reshape") if ins.opcode == "bitcast" else ins
+
+
+def _compilable_parts(text, filename):
+    """(module, entry instructions, kept computation names, names taken)
+    after unfusing."""
+    module = parse_module(text, filename)
+    taken = {i.name for c in module.computations.values() for i in c.instructions}
+    instructions = [_plain(i) for i in _inline_fusions(module, module.entry, taken)]
+    callees = [c for i in instructions for c in i.called]
+    return module, instructions, _closure(module, callees), taken
+
+
+def _print_kept(module, names):
+    out = []
+    for name in names:
+        comp = module.computations[name]
+        plain = dataclasses.replace(comp, instructions=[_plain(i) for i in comp.instructions])
+        out.append(_print_computation(plain, _same, False))
+        out.append("")
+    return out
+
+
+def _same(name):
+    return name
+
+
+def compilable_module(text, filename="<kernel>"):
+    """A kernel's module that XLA's compile pipeline takes (see the module
+    docstring): same work, same shapes. Raises ParseError on bad text."""
+    module, instructions, kept, _ = _compilable_parts(text, filename)
+    entry = dataclasses.replace(module.entry, instructions=instructions)
+    out = [f"HloModule {module.name}", ""] + _print_kept(module, kept)
+    out.append(_print_computation(entry, _same, False, entry=True))
+    out.append("")
+    return "\n".join(out)
+
+
+def _zeros(shape, name, lines):
+    """Instructions making a zero value of `shape` (nested tuples too);
+    returns the name of the value."""
+    if shape.is_tuple:
+        parts = [_zeros(s, f"{name}.{k}", lines) for k, s in enumerate(shape.tuple_shapes)]
+        lines.append(f"  %{name} = {shape.text} tuple({', '.join('%' + p for p in parts)})")
+    else:
+        zero = {"pred": "false", "c64": "(0, 0)", "c128": "(0, 0)"}.get(shape.element_type, "0")
+        lines.append(f"  %{name}.z = {shape.element_type}[] constant({zero})")
+        lines.append(f"  %{name} = {shape.text} broadcast(%{name}.z), dimensions={{}}")
+    return name
+
+
+def _memory_order(shape):
+    """The dims of an array in the order they lie in memory, outermost
+    first (its layout's minor_to_major reversed; row-major if none)."""
+    m2m = shape.minor_to_major
+    if not m2m or len(m2m) != shape.rank:
+        return tuple(range(shape.rank))
+    return tuple(reversed(m2m))
+
+
+def _flat(shape):
+    return _array(shape.element_type, [shape.num_elements()])
+
+
+def _array(element_type, dims):
+    text = f"{element_type}[{','.join(str(d) for d in dims)}]"
+    return Shape(element_type, tuple(dims), text=text)
+
+
+def _dims_attr(dims):
+    return {"dimensions": "{" + ",".join(str(d) for d in dims) + "}"}
+
+
+def _in_memory_order(name, shape, taken, out):
+    """Instructions (appended to out) that lay a value out in memory order
+    and flatten it; returns the flat value's name."""
+    order = _memory_order(shape)
+    if order != tuple(range(shape.rank)):
+        moved = _fresh(f"{name}.memory", taken)
+        out.append(Instruction(moved, "transpose", _array(shape.element_type,
+                                                          [shape.dims[d] for d in order]),
+                               [name], attrs=_dims_attr(order)))
+        name = moved
+    flat = _fresh(f"{name}.flat", taken)
+    out.append(Instruction(flat, "reshape", _flat(shape), [name]))
+    return flat
+
+
+def _flat_io(kernel, taken):
+    """The kernel with its parameters and results laid out as the loop must
+    carry them. Returns the new instructions.
+
+    Through StableHLO layouts are lost, and inside the timing loop the
+    compiler chooses the layouts of what the loop carries. Row-major arrays
+    stay row-major (the ENTRY's own layout flows into the loop), so a kernel
+    whose parameters and results are all row-major is left alone. A
+    parameter with another layout arrives as the flat array it is in memory,
+    and a reshape and a transpose give back the logical array (free
+    bitcasts to the compiler). Then the results leave flat too, in their
+    memory order: otherwise the compiler could keep a result in its
+    operand's layout and a layout-changing copy or transpose would become a
+    memcpy. A rank-1 array has one layout only."""
+    out = []
+    moved = False
+    for ins in kernel.instructions:
+        order = _memory_order(ins.shape) if ins.opcode == "parameter" and ins.shape.is_array \
+            else ()
+        if order == tuple(range(len(order))):
+            out.append(dataclasses.replace(ins, is_root=False) if ins.is_root else ins)
+            continue
+        moved = True
+        shape = ins.shape
+        flat = _fresh(f"{ins.name}.flat", taken)
+        out.append(dataclasses.replace(ins, name=flat, shape=_flat(shape)))
+        memname = _fresh(f"{ins.name}.memory", taken)
+        out.append(Instruction(memname, "reshape",
+                               _array(shape.element_type, [shape.dims[d] for d in order]), [flat]))
+        out.append(Instruction(ins.name, "transpose", shape, [memname],
+                               attrs=_dims_attr(order.index(i) for i in range(len(order)))))
+    root = kernel.root
+    leaves = root.shape.tuple_shapes if root.shape.is_tuple else (root.shape,)
+
+    def relaid(shape):
+        return shape.is_array and shape.rank >= 2 and (
+            moved or _memory_order(shape) != tuple(range(shape.rank)))
+
+    result = root.name
+    if root.shape.is_tuple and any(relaid(s) for s in leaves):
+        parts = []
+        for k, leaf in enumerate(leaves):
+            name = _fresh(f"{root.name}.{k}", taken)
+            out.append(Instruction(name, "get-tuple-element", leaf, [root.name],
+                                   attrs={"index": str(k)}))
+            if relaid(leaf):
+                name, leaf = _in_memory_order(name, leaf, taken, out), _flat(leaf)
+            parts.append((name, leaf))
+        text = "(" + ", ".join(s.text for _, s in parts) + ")"
+        shape = Shape("tuple", tuple_shapes=tuple(s for _, s in parts), text=text)
+        result = _fresh(f"{root.name}.flat", taken)
+        out.append(Instruction(result, "tuple", shape, [n for n, _ in parts]))
+    elif not root.shape.is_tuple and relaid(root.shape):
+        result = _in_memory_order(root.name, root.shape, taken, out)
+    return [dataclasses.replace(i, is_root=True) if i.name == result else i for i in out]
+
+
+def _fresh(name, taken):
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+def timing_module(text, filename="<kernel>"):
+    """The kernel inside a loop that runs it `n` times (see the module
+    docstring). The ENTRY takes the kernel's parameters, in order, then
+    `n: s32[]`, and returns the kernel's result. Raises ParseError on bad
+    text, ValueError for a kernel whose result holds a token."""
+    module, instructions, kept, taken = _compilable_parts(text, filename)
+    names = {n: n for n in _LOOP_NAMES}
+    for n in names:
+        while names[n] in module.computations:
+            names[n] += "_"
+    kernel = dataclasses.replace(module.entry, instructions=instructions)
+    kernel = dataclasses.replace(kernel, name=names["timing.kernel"],
+                                 instructions=_flat_io(kernel, taken))
+    params = kernel.parameters
+    result = kernel.root.shape
+    if any(s.element_type == "token" for s in _all_shapes(result)):
+        raise ValueError(f"the kernel's result {result.text} holds a token; it cannot be looped")
+    carried = ["s32[]", "s32[]"] + [p.shape.text for p in params] + [result.text]
+    state = "(" + ", ".join(carried) + ")"
+    out_index = len(carried) - 1
+
+    body = [f"%{names['timing.body']} (s: {state}) -> {state} {{",
+            f"  %s = {state} parameter(0)",
+            f"  %b = {state} opt-barrier(%s)",
+            "  %i = s32[] get-tuple-element(%b), index=0",
+            "  %n = s32[] get-tuple-element(%b), index=1",
+            "  %one = s32[] constant(1)",
+            "  %next = s32[] add(%i, %one)"]
+    for k, p in enumerate(params):
+        body.append(f"  %a{k} = {p.shape.text} get-tuple-element(%b), index={k + 2}")
+    args = ", ".join(f"%a{k}" for k in range(len(params)))
+    body.append(f"  %r = {result.text} call({args}), to_apply=%{names['timing.kernel']}")
+    passed = ", ".join(["%next", "%n"] + [f"%a{k}" for k in range(len(params))] + ["%r"])
+    body += [f"  ROOT %t = {state} tuple({passed})", "}", ""]
+
+    cond = [f"%{names['timing.cond']} (s: {state}) -> pred[] {{",
+            f"  %s = {state} parameter(0)",
+            "  %i = s32[] get-tuple-element(%s), index=0",
+            "  %n = s32[] get-tuple-element(%s), index=1",
+            "  ROOT %more = pred[] compare(%i, %n), direction=LT",
+            "}", ""]
+
+    sig = _signature([(f"p{k}", p.shape) for k, p in enumerate(params)] + [("n", _S32)], result)
+    entry = [f"ENTRY %{names['timing.main']} {sig} {{"]
+    for k, p in enumerate(params):
+        entry.append(f"  %p{k} = {p.shape.text} parameter({k})")
+    entry.append(f"  %n = s32[] parameter({len(params)})")
+    entry.append("  %zero = s32[] constant(0)")
+    init_out = _zeros(result, "init.out", entry)
+    init = ", ".join(["%zero", "%n"] + [f"%p{k}" for k in range(len(params))] + ["%" + init_out])
+    entry += [f"  %init = {state} tuple({init})",
+              f"  %w = {state} while(%init), condition=%{names['timing.cond']}, "
+              f"body=%{names['timing.body']}",
+              f"  ROOT %out = {result.text} get-tuple-element(%w), index={out_index}",
+              "}", ""]
+
+    out = [f"HloModule {module.name}", ""] + _print_kept(module, kept)
+    out += [_print_computation(kernel, _same, False), ""]
+    return "\n".join(out + body + cond + entry)
+
+
+def _all_shapes(shape):
+    yield shape
+    for s in shape.tuple_shapes:
+        yield from _all_shapes(s)
+
+
+@dataclasses.dataclass
+class _Scalar:
+    text: str
+
+
+_S32 = _Scalar("s32[]")

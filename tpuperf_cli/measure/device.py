@@ -1,0 +1,411 @@
+"""Time kernels on one device of one backend through XLA: measure's method.
+
+From HLO text to a number, the same for every backend:
+
+1. `hlo.compilable.timing_module` puts the kernel inside a while loop that
+   runs it `n` times in one executable call (`n` a parameter), its output
+   written into the same warm buffer every trip;
+2. jaxlib parses that module, converts it to StableHLO and compiles it for
+   one device (`client.compile_and_load`);
+3. inputs of the parameters' shapes and dtypes are put on the device once;
+4. after a warm-up call, the call with `n = 0` gives the fixed cost of a
+   call (dispatch, the loop's set-up), and `n` grows until a call takes at
+   least `min_time` more than that;
+5. a sample is (time of a call with n trips - fixed cost) / n: the kernel's
+   own time per run, with neither Python nor PJRT dispatch in it, as the
+   paper times kernels on the device. `samples` samples are taken in rounds
+   that go across all the kernels of a batch (`measure_many`), so that a
+   burst of interference from other processes hits one sample of many
+   kernels, not every sample of one. On CPU a sample during which the
+   measuring thread was switched out (getrusage's context switches) is
+   dropped: the other process evicted its caches. The runtime is the
+   median of the samples kept, and `noise` their spread (see Measurement).
+
+The kernel text is already optimized HLO; compiling it again runs XLA's
+pipeline a second time, which for one kernel mostly leaves it alone (there
+is nothing to fuse it with). Layouts: see `hlo.compilable`.
+
+Input values: floating-point (and complex) inputs are uniform in [0.5, 1.5):
+positive, so log/sqrt/rsqrt/pow/divide stay finite, and far from denormals,
+which are slow on some CPUs. Integer inputs are all zeros: zero is a valid
+index into every dimension, so every gather, scatter, dynamic-slice and
+dynamic-update-slice stays in bounds whatever the shapes (XLA would clamp or
+skip out-of-bound indices, which changes the work done), and integer
+division by zero is defined in XLA. Booleans are random. The one known
+distortion: on GPU/TPU a scatter whose indices are all equal serialises its
+updates on one location.
+"""
+
+import math
+import os
+import re
+import statistics
+import time
+from dataclasses import dataclass
+
+from tpuperf_cli.errors import ParseError
+
+from .target import describe, target_key
+
+BACKENDS = ("tpu", "gpu", "cpu")
+
+# wall: elapsed time. process: CPU time of the measuring process (all its
+# threads): time spent descheduled on a busy machine does not count, so with
+# the process pinned to one CPU it estimates the wall time on an idle one.
+CLOCKS = {"wall": time.perf_counter_ns, "process": time.process_time_ns}
+
+# Ops that need several devices or a host on the other end: a standalone
+# kernel with one of these cannot be timed meaningfully on one device.
+COLLECTIVE_OPCODES = frozenset("""
+all-reduce all-reduce-start all-reduce-done all-gather all-gather-start all-gather-done
+all-to-all collective-permute collective-permute-start collective-permute-done
+reduce-scatter collective-broadcast ragged-all-to-all
+send send-done recv recv-done infeed outfeed partition-id replica-id
+""".split())
+
+# The most trips one call may make (n is an s32 on the device).
+MAX_TRIPS = 1 << 24
+# The inputs of the kernels of one round live on the device together: past
+# this many bytes a batch is timed in several rounds-groups.
+BATCH_BYTES = 1 << 30
+
+
+class MeasureError(Exception):
+    """A kernel that cannot be timed; ``kind`` groups reasons in summaries."""
+
+    def __init__(self, kind, message):
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.message = message
+
+
+@dataclass
+class Measurement:
+    """One kernel's timing.
+
+    runtime_ns: the median of the samples kept, ns per run of the kernel.
+    samples: those samples, in the order taken (the record's `runs`).
+    noise: their relative spread, 1.4826 * MAD / median: a robust relative
+        standard deviation (0.05 means one sample is typically 5% off).
+    dropped: samples dropped because the thread was switched out.
+    """
+
+    runtime_ns: float
+    samples: list
+    noise: float
+    dropped: int = 0
+
+
+def summarize(samples, dropped=0):
+    """A Measurement from per-run samples (ns)."""
+    med = statistics.median(samples)
+    mad = statistics.median(abs(s - med) for s in samples)
+    noise = 1.4826 * mad / med if med > 0 else 0.0
+    return Measurement(float(med), [float(s) for s in samples], float(noise), dropped)
+
+
+def pin_cpus(n):
+    """Restrict this process to n of its CPUs (the last ones), before jax
+    starts: XLA:CPU sizes its thread pool from the CPUs it may use. Returns
+    the CPUs kept."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if n < 1 or n > len(allowed):
+        raise MeasureError("backend", f"--cpus {n}: this process may use {len(allowed)} CPU(s)")
+    keep = set(allowed[-n:])
+    os.sched_setaffinity(0, keep)
+    return keep
+
+
+def single_threaded_xla():
+    """Ask XLA:CPU to run Eigen's dots and convolutions on the calling
+    thread (before jax starts). On one pinned CPU its pool's threads only
+    spin and take turns with the worker, which the process clock counts as
+    work: 2x swings on the same convolution were seen."""
+    flag = "--xla_cpu_multi_thread_eigen=false"
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_multi_thread_eigen" not in flags:
+        os.environ["XLA_FLAGS"] = (flags + " " + flag).strip()
+
+
+def pick_backend(requested=None):
+    """The backend name to use: the requested one, or the best present
+    (tpu, then gpu, then cpu). Raises MeasureError if the requested backend
+    is not available."""
+    import jax
+
+    if requested and requested != "auto":
+        try:
+            jax.devices(requested)
+        except RuntimeError as e:
+            raise MeasureError("backend", f"no {requested} backend here ({_first_line(e)}); "
+                               "in a tpuperf checkout, pip install -e '.[tpu]' for tpu "
+                               "(jax[tpu]==0.6.2), -e '.[gpu]' for gpu (jax[cuda12]==0.6.2)") from None
+        return requested
+    for name in BACKENDS:
+        try:
+            if jax.devices(name):
+                return name
+        except RuntimeError:
+            continue
+    raise MeasureError("backend", "no XLA backend found")
+
+
+def _first_line(e, limit=300):
+    s = str(e).strip().splitlines()
+    s = s[0] if s else type(e).__name__
+    return s if len(s) <= limit else s[:limit] + "..."
+
+
+def error_text(e, limit=600):
+    """The useful part of an XLA error: its first lines, without MLIR locs."""
+    lines = [line for line in str(e).strip().splitlines() if line.strip()]
+    text = " | ".join(lines[:3]) if lines else type(e).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+_OPCODE_RE = re.compile(r"=\s*\S.*?\s([a-z][a-z0-9\-]*)\(")
+
+
+def _collectives(text):
+    ops = {m.group(1) for m in map(_OPCODE_RE.search, text.splitlines()) if m}
+    return sorted(ops & COLLECTIVE_OPCODES)
+
+
+def _switches():
+    """Context switches of the calling thread so far (None where unknown)."""
+    try:
+        import resource
+
+        r = resource.getrusage(resource.RUSAGE_THREAD)
+        return r.ru_nvcsw + r.ru_nivcsw
+    except (ImportError, AttributeError, OSError):
+        return None
+
+
+class _Timed:
+    """One compiled kernel with its inputs, ready to sample."""
+
+    def __init__(self, measurer, exe, args, input_bytes):
+        self.m = measurer
+        self.exe = exe
+        self.args = args
+        self.input_bytes = input_bytes
+        self._trips = {}
+        self.samples = []
+        self.dropped = 0
+
+    def call(self, n):
+        """One call running the kernel n times; returns when it is done."""
+        if n not in self._trips:
+            import numpy as np
+
+            self._trips[n] = self.m.client.buffer_from_pyval(np.int32(n), self.m.device)
+        self.exe.execute_sharded(self.args + [self._trips[n]], with_tokens=True) \
+            .consume_token().block_until_ready()
+
+    def _time(self, n):
+        clock = self.m.clock_fn
+        t0 = clock()
+        self.call(n)
+        return clock() - t0
+
+    def calibrate(self):
+        """Warm up, find the fixed cost of a call and the trips per sample."""
+        self.call(1)  # first touch, caches, lazy initialisation
+        self.fixed = statistics.median(self._time(0) for _ in range(5))
+        target = self.m.min_time * 1e9
+        n = 1
+        deadline = time.monotonic() + max(10 * self.m.min_time, 2.0)
+        while True:
+            spent = self._time(n) - self.fixed
+            if spent >= target or n >= MAX_TRIPS or time.monotonic() > deadline:
+                break
+            n = min(MAX_TRIPS, max(2 * n, math.ceil(n * 1.2 * target / max(spent, 1))))
+        self.trips = n
+
+    def sample(self):
+        before = self.m.switch_count()
+        t = self._time(self.trips)
+        clean = before is None or self.m.switch_count() == before
+        value = max(t - self.fixed, 0) / self.trips
+        self.samples.append((value, clean))
+
+    def result(self):
+        kept = [v for v, clean in self.samples if clean]
+        # a kernel longer than a time slice is rarely left alone: then all count
+        if len(kept) < max(3, (len(self.samples) + 1) // 2):
+            kept = [v for v, _ in self.samples]
+        return summarize(kept, len(self.samples) - len(kept))
+
+
+class Measurer:
+    """Compiles and times kernels on one device of one backend.
+
+    ``measure(text)`` returns a Measurement or raises MeasureError;
+    ``measure_many(texts)`` times several with interleaved rounds and
+    returns a Measurement or a MeasureError for each. ``target`` describes
+    the machine (the record's target), ``key`` is its cache key.
+    """
+
+    def __init__(self, backend=None, samples=7, min_time=0.002, seed=0, clock="auto"):
+        import jax
+
+        if samples < 1:
+            raise ValueError("samples must be >= 1")
+        # On CPU run executables inline on the calling thread: no two
+        # executions overlap and a returned call is a finished call.
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+        self.backend = pick_backend(backend)
+        self.device = jax.devices(self.backend)[0]
+        self.client = self.device.client
+        self.samples = samples
+        self.min_time = float(min_time)
+        self.seed = seed
+        if clock == "auto":
+            clock = "process" if self.backend == "cpu" else "wall"
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {', '.join(CLOCKS)} or auto")
+        if clock == "process" and self.backend != "cpu":
+            raise MeasureError("backend", "--clock process times CPU kernels only; "
+                                          f"use --clock wall on {self.backend}")
+        self.clock = clock
+        self.clock_fn = CLOCKS[clock]
+        # an accelerator's host thread waits on the device: its switches
+        # say nothing about the kernel
+        self.switch_count = _switches if self.backend == "cpu" else _none
+        self.target = describe(self.device, clock)
+        self.key = target_key(self.target)
+
+    # ------------------------------------------------------------ compile
+    def compile(self, text):
+        """Parse, wrap in the timing loop and compile one kernel module;
+        returns (executable, parameter shapes), the last parameter being
+        the trip count."""
+        from jax._src.lib import xla_client as xc
+
+        from tpuperf_cli.hlo.compilable import timing_module
+
+        coll = _collectives(text)
+        if coll:
+            raise MeasureError("collective", f"{', '.join(coll)} needs other devices or a host "
+                                             f"peer; cannot run alone on one device")
+        try:
+            looped = timing_module(text)
+        except ParseError as e:
+            raise MeasureError("parse", str(e)) from None
+        except ValueError as e:
+            raise MeasureError("unsupported", str(e)) from None
+        try:
+            module = xc._xla.hlo_module_from_text(looped)
+        except Exception as e:
+            raise MeasureError("parse", error_text(e)) from None
+        comp = xc.XlaComputation(module.as_serialized_hlo_module_proto())
+        params = comp.program_shape().parameter_shapes()
+        for i, s in enumerate(params[:-1]):
+            if s.is_tuple():
+                raise MeasureError("unsupported", f"parameter {i} is a tuple ({s}); "
+                                                  f"only array parameters can be fed")
+            if not s.is_static():
+                raise MeasureError("unsupported", f"parameter {i} has a dynamic shape ({s})")
+        try:
+            mlir = xc._xla.mlir.xla_computation_to_mlir_module(comp)
+        except Exception as e:
+            raise MeasureError("convert", error_text(e)) from None
+        options = xc.CompileOptions()
+        options.num_replicas = 1
+        options.num_partitions = 1
+        try:
+            exe = self.client.compile_and_load(mlir, xc.DeviceList((self.device,)), options)
+        except Exception as e:
+            raise MeasureError("compile", error_text(e)) from None
+        return exe, params
+
+    # ------------------------------------------------------------ inputs
+    def inputs(self, params):
+        """Device arrays for the parameter shapes (see the module docstring)."""
+        import numpy as np
+
+        rng = np.random.default_rng(self.seed)
+        arrays = []
+        for s in params:
+            dtype = np.dtype(s.numpy_dtype())
+            dims = tuple(s.dimensions())
+            kind = dtype.kind
+            if dtype == np.bool_:
+                host = rng.random(dims) < 0.5
+            elif kind in "iu" or dtype.name in ("int4", "uint4", "int2", "uint2"):
+                host = np.zeros(dims, dtype)  # ml_dtypes' sub-byte ints are kind "V"
+            elif kind == "c":
+                host = (rng.uniform(0.5, 1.5, dims) + 1j * rng.uniform(0.5, 1.5, dims)).astype(dtype)
+            elif kind == "f" or dtype.name.startswith(("bfloat", "float")):
+                host = rng.uniform(0.5, 1.5, dims).astype(np.float32).astype(dtype)
+            else:
+                raise MeasureError("unsupported", f"cannot make inputs of type {dtype} ({s})")
+            # the client's own buffer_from_pyval keeps 64-bit types as they
+            # are (jax.device_put would narrow them unless x64 mode is on)
+            arrays.append(self.client.buffer_from_pyval(host, self.device, force_copy=True))
+        for a in arrays:
+            a.block_until_ready()
+        return arrays
+
+    # ------------------------------------------------------------ timing
+    def _prepare(self, text):
+        exe, params = self.compile(text)
+        try:
+            args = self.inputs(params[:-1])
+        except MeasureError:
+            raise
+        except Exception as e:
+            raise MeasureError("inputs", error_text(e)) from None
+        timed = _Timed(self, exe, args, sum(a.nbytes for a in args))
+        try:
+            timed.calibrate()
+        except Exception as e:
+            raise MeasureError("run", error_text(e)) from None
+        return timed
+
+    def measure_many(self, texts):
+        """A Measurement or a MeasureError for each kernel text, in order.
+        The kernels are compiled and calibrated one by one, then sampled in
+        `samples` rounds across all of them."""
+        results = [None] * len(texts)
+        group, group_bytes = [], 0
+        for i, text in enumerate(texts):
+            try:
+                timed = self._prepare(text)
+            except MeasureError as e:
+                results[i] = e
+                continue
+            except Exception as e:  # anything else is this kernel's problem too
+                results[i] = MeasureError("run", error_text(e))
+                continue
+            group.append((i, timed))
+            group_bytes += timed.input_bytes
+            if group_bytes > BATCH_BYTES:
+                self._rounds(group, results)
+                group, group_bytes = [], 0
+        self._rounds(group, results)
+        return results
+
+    def _rounds(self, group, results):
+        live = list(group)
+        for _ in range(self.samples):
+            for entry in list(live):
+                try:
+                    entry[1].sample()
+                except Exception as e:
+                    results[entry[0]] = MeasureError("run", error_text(e))
+                    live.remove(entry)
+        for i, timed in live:
+            results[i] = timed.result()
+
+    def measure(self, text):
+        """The Measurement of one kernel text; raises MeasureError."""
+        (result,) = self.measure_many([text])
+        if isinstance(result, MeasureError):
+            raise result
+        return result
+
+
+def _none():
+    return None
