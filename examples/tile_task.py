@@ -135,7 +135,7 @@ def one_seed(work, graphs, seed, args, log):
     write(f"{d}/train.msgpack", train)
     write(f"{d}/test.msgpack", test)
     t0 = time.time()
-    tool("train", "--task", "tile", "--data", f"{d}/train.msgpack", "--out", f"{d}/tile.pt",
+    tool("train", "--task", "tile", "--data", f"{d}/train.msgpack", "-o", f"{d}/tile.pt",
          "--epochs", str(args.epochs), "--batch-size", "16", "--configs", "16",
          "--seed", str(seed), "--name", "rank-model")
     seconds = time.time() - t0
@@ -187,7 +187,7 @@ def report(runs, args, n_records, n_kernels):
     w("```sh")
     w("tpuperf import tuning-json tpu_tile_sample.json | featurize > graphs.msgpack")
     w("# split each kernel's configurations: train.msgpack, test.msgpack (XLA's default in test)")
-    w("tpuperf train --task tile --data train.msgpack --out tile.pt --epochs "
+    w("tpuperf train --task tile --data train.msgpack -o tile.pt --epochs "
       f"{args.epochs} --batch-size 16 --configs 16")
     w("predict --model tile.pt test.msgpack > pred.msgpack")
     w("tpuperf eval --predicted pred.msgpack            # beside xla-default")

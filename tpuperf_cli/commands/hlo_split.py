@@ -5,6 +5,7 @@ import sys
 
 import click
 
+from tpuperf_cli.commands.options import CONTEXT, output_option, quiet_option, record_writer
 from tpuperf_cli.errors import TpuperfError
 
 
@@ -46,7 +47,7 @@ def _ops(module, ins):
     return 1
 
 
-@click.command("hlo-split", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("hlo-split", context_settings=CONTEXT)
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--program", "-p", metavar="NAME",
               help="Program name for the records (default: the file name without "
@@ -54,16 +55,18 @@ def _ops(module, ins):
 @click.option("--summary", "-s", is_flag=True,
               help="Also print a table of the kernels (index, count, opcode, fusion kind, "
                    "ops, name) and totals to stderr.")
-@click.option("--quiet", "-q", is_flag=True,
-              help="Do not warn on stderr about unknown trip counts and conditional branches.")
-def cli(files, program, summary, quiet):
+@output_option(help="Where to write the kernel records: a file (zstd if it ends in .zst) or - "
+                    "for stdout.")
+@quiet_option(help="Do not warn on stderr about unknown trip counts and conditional branches.")
+def cli(files, program, summary, output, quiet):
     """Split optimized XLA HLO programs into kernels, one record each.
 
     Reads HLO text as XLA prints it (`jax.jit(f).lower(*args).compile().as_text()`
     on CPU, GPU or TPU, `--xla_dump_to` *after_optimizations* files, TPU
     kernel dumps with tiled layouts such as `{3,0,2,1:T(8,128)(2,1)}`),
     from FILES or stdin (`-` or no FILES; plain or zstd-compressed), and
-    writes one msgpack `kernel` record per kernel to stdout.
+    writes one msgpack `kernel` record per kernel to stdout or -o FILE
+    (never to a terminal: pipe it on, e.g. into featurize).
 
     A kernel is what the compiler runs as one unit: every instruction that
     does work (a fusion or an unfused op such as dot, convolution, copy,
@@ -104,7 +107,7 @@ def cli(files, program, summary, quiet):
       hlo-split --summary prog.hlo > kernels.msgpack
       python -c 'import jax, jax.numpy as jnp;
         print(jax.jit(jnp.sin).lower(jnp.ones(8)).compile().as_text())' | hlo-split -p sin
-      hlo-split dumps/*after_optimizations.txt | zstd > kernels.zst
+      hlo-split dumps/*after_optimizations.txt -o kernels.zst
 
     \b
     Exit status:
@@ -116,8 +119,6 @@ def cli(files, program, summary, quiet):
     """
     from tpuperf_cli.hlo.parser import parse_module
     from tpuperf_cli.hlo.split import kernel_records
-    from tpuperf_cli.stream import RecordWriter
-
     sources = list(files) or ["-"]
     if program and len(sources) > 1:
         raise click.UsageError("--program names one program: give it with one input only")
@@ -126,7 +127,7 @@ def cli(files, program, summary, quiet):
         if not quiet:
             print(f"hlo-split: warning: {msg}", file=sys.stderr)
 
-    writer = RecordWriter()
+    writer = record_writer(output, "featurize")
     try:
         for source in sources:
             text, name = _read_text(source)

@@ -7,6 +7,8 @@ import time
 
 import click
 
+from tpuperf_cli.commands.options import (CONTEXT, output_option, quiet_option, record_writer,
+                                         refuse_terminal)
 from tpuperf_cli.errors import TpuperfError
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
@@ -69,7 +71,7 @@ class _Progress:
             sys.stderr.flush()
 
 
-@click.command("measure", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("measure", context_settings=CONTEXT)
 @click.argument("inputs", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--backend", type=click.Choice(["auto", "cpu", "gpu", "tpu"]), default="auto",
               show_default=True,
@@ -97,14 +99,16 @@ class _Progress:
 @click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
               metavar="SECONDS",
               help="Give up on a kernel (error kind timeout) after this long.")
-@click.option("-q", "--quiet", is_flag=True, help="No summary on stderr.")
+@output_option(help="Where to write the measured records: a file (zstd if it ends in .zst) or "
+                    "- for stdout.")
+@quiet_option(help="No summary on stderr.")
 def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, progress, cpus,
-        clock, timeout, quiet):
+        clock, timeout, output, quiet):
     """Time kernels on a real device through XLA and add their runtimes.
 
     Reads kernel records (hlo-split) or graph records (featurize) from the
     files given, plain or zstd, or from stdin, and writes the same records to
-    stdout with three fields added:
+    stdout or -o FILE (never to a terminal) with three fields added:
 
     \b
       runtime_ns  the kernel's runtime in nanoseconds: the minimum over
@@ -182,7 +186,7 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
     \b
     Examples:
       hlo-split prog.hlo | featurize | measure --backend cpu > prog.msgpack
-      hlo-split prog.hlo | featurize | measure --min-time 2ms | zstd > prog.zst
+      hlo-split prog.hlo | featurize | measure --min-time 2ms -o prog.zst
       measure --backend tpu --runs 5 kernels.zst > timed.msgpack
       measure --no-cache --runs 10 --min-time 50ms kernels.msgpack
       measure --cpus 1 --clock process --min-time 3ms kernels.zst > timed.msgpack
@@ -200,9 +204,10 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
     from tpuperf_cli.measure import MeasureSession
     from tpuperf_cli.measure.cache import Cache
     from tpuperf_cli.measure.runner import IsolatedMeasurer, MeasureError
-    from tpuperf_cli.stream import RecordWriter, read_records
+    from tpuperf_cli.stream import read_records
 
     prog = click.get_current_context().info_name or "measure"
+    refuse_terminal(output, "predict")
     seconds = parse_duration(min_time)
     try:
         measurer = IsolatedMeasurer(backend, runs=runs, min_time=seconds, timeout=timeout,
@@ -228,7 +233,12 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
         records, bad_input = _read_all(records)
         total = len(records)
     bar = _Progress(total, show and total is not None, prog)
-    writer = RecordWriter(sys.stdout.buffer)
+    try:
+        writer = record_writer(output, "predict")
+    except TpuperfError:
+        measurer.close()
+        raise
+    to_stdout = output == "-"
     try:
         for source, number, record in records:
             name = "<stdin>" if source == "-" else source
@@ -237,7 +247,8 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
             old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             try:
                 writer.write(record)
-                writer.flush()
+                if to_stdout:       # the reader downstream sees each record at once
+                    writer.flush()
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)
             bar.step(str(record.get("kernel", "")))
@@ -247,7 +258,7 @@ def cli(inputs, backend, runs, min_time, cache_dir, no_cache, retry_errors, prog
         bar.close()
         measurer.close()
         try:
-            writer.flush()
+            writer.close()
         except BrokenPipeError:
             pass
         if cache is not None:
