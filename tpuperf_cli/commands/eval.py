@@ -71,7 +71,10 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
     predictor, MAPE (mean of 100 |pred - measured| / measured) and Kendall's
     tau-b between predicted and measured runtimes of the program's kernels,
     in two tables: kernels measured at >= --min-us (5 us, as in the paper),
-    and all kernels.
+    and all kernels. The first table also gives each predictor's
+    whole-program error (prog%): 100 |sum of predicted x count - sum of
+    measured x count| / sum of measured x count over all the program's
+    measured kernels, the error of the estimate `score` prints.
 
     Tile task (records with a config, several per (program, kernel)):
     Tile-Size APE (the paper's eq. 2: 100 * sum over kernels of
@@ -100,9 +103,10 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
 
     --format json writes one object: task, predictors, records,
     skipped_unmeasured, and for the fusion task threshold_ns, programs
-    (a list of {program, kernels, kernels_ge, ge: {LABEL: {mape, tau}},
-    all: {LABEL: {mape, tau}}}) and summary ({ge|all: {LABEL: {median|mean:
-    {mape, tau}}}}); for the tile task programs ({program, kernels, configs,
+    (a list of {program, kernels, kernels_ge, runtime_ns (measured x count,
+    summed), ge: {LABEL: {mape, tau}}, all: {LABEL: {mape, tau}},
+    program_error: {LABEL: percent}}) and summary ({ge|all: {LABEL:
+    {median|mean: {mape, tau}}}, program_error: {LABEL: {median, mean}}}); for the tile task programs ({program, kernels, configs,
     metrics: {LABEL: {tile_ape, tau, top1, top5, top10, ...}}}) and summary
     ({LABEL: {median|mean|pooled: {...}}}). Undefined figures (a constant
     prediction's tau, a program without kernels above the threshold) are
@@ -112,10 +116,15 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
     programs; for tile data the mean and the pooled values), the compact
     form for ablations.
 
-    --plot FILE.png writes a log-log scatter of predicted vs measured
-    runtime for each of the first four predictors that predict runtimes
-    (one colour per program, the identity line) and per-program error
-    bars for all of them.
+    --plot FILE.png writes a figure: for each of the first four predictors
+    that predict runtimes, a log-log scatter of predicted vs measured
+    runtime (all with the same axes, the identity line, a factor-of-two
+    band; the kernels the bars count in one colour per program, those
+    below --min-us as grey dots), the program legend beside them, and
+    per-program bars for all predictors (greys and hatching; the tick
+    labels in the programs' colours): MAPE on kernels >= --min-us with
+    +-1 standard error, a diamond at the whole-program error (tile task:
+    Tile-Size APE).
 
     \b
     Examples:

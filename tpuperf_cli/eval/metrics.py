@@ -34,7 +34,7 @@ import math
 import numpy as np
 
 __all__ = [
-    "mape", "ape", "kendall_tau", "fusion_metrics",
+    "mape", "ape", "kendall_tau", "fusion_metrics", "program_error",
     "tile_size_ape", "top_k_slowdown", "mean_kernel_tau", "tile_metrics",
     "group_indices", "summarize", "nanmedian", "nanmean",
 ]
@@ -102,6 +102,18 @@ def fusion_metrics(pred, true, threshold_ns=0.0):
     keep = t >= threshold_ns
     p, t = p[keep], t[keep]
     return {"n": int(p.size), "mape": mape(p, t), "tau": kendall_tau(p, t)}
+
+
+def program_error(pred, true, count=None):
+    """The whole-program error in percent: 100 |sum pred x count - sum true x
+    count| / sum true x count (what `score` prints as error). NaN for no
+    kernels."""
+    p, t = _arrays(pred, true)
+    c = np.ones_like(t) if count is None else np.asarray(count, dtype=np.float64).ravel()
+    total = float((t * c).sum())
+    if not p.size or not total > 0:
+        return math.nan
+    return 100.0 * abs(float((p * c).sum()) - total) / total
 
 
 # ---------------------------------------------------------------- tile task
