@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The tile-size task end to end, on real TPU measurements.
 
-/work/shared/data/tpu_tile_sample.json (from tpu_graphs' test data) holds
+examples/tile/tpu_tile_sample.json (from tpu_graphs' test data) holds
 three TPU kernels as HLO text, each with the tile configurations tried and
 their measured runtimes; one configuration per kernel is marked is_default:
 the one XLA's own analytical model chose, the paper's baseline for this task.
@@ -47,7 +47,7 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SAMPLE = "/work/shared/data/tpu_tile_sample.json"
+SAMPLE = os.path.join(HERE, "tile", "tpu_tile_sample.json")
 
 
 def tool(*args, stdin=None, stdout=None):

@@ -27,7 +27,24 @@ def _read_text(source):
         from tpuperf_cli.stream import zstd_decompress
 
         data = zstd_decompress(data, name)    # every frame; a cut one is an error
+    _not_hlo(data, name)
     return data.decode("utf-8", errors="replace"), name
+
+
+def _not_hlo(data, name):
+    """Refuse, with a pointer to the right tool, input that is plainly not
+    HLO text: a record stream (a msgpack map first), JSON, a zip."""
+    head = data.lstrip()[:1]
+    if data[:1] and (0x80 <= data[0] <= 0x8f or data[0] in (0xde, 0xdf)):
+        why = ("a msgpack record stream, not HLO text (records go to the next tool: "
+               "featurize reads kernel records, predict graph records)")
+    elif head in (b"{", b"["):
+        why = "JSON, not HLO text (tpuperf import tuning-json reads TPU tile-tuning JSON)"
+    elif data[:4] == b"PK\x03\x04":
+        why = "a zip (.npz) file, not HLO text (tpuperf import tpugraphs reads TpuGraphs .npz)"
+    else:
+        return
+    raise TpuperfError(f"{name}: this is {why}", exit_code=2)
 
 
 def _program_name(source, module):
