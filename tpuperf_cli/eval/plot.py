@@ -63,8 +63,8 @@ def plot(path, data, predictions, result, dpi=120):
     fusion = result["task"] == "fusion"
     thr_ns = result["threshold_ns"] if fusion else 0.0
 
-    bars_width = max(4.5, 0.55 * len(programs) * max(1, len(labels)) ** 0.5 + 2.0)
-    widths = [4.6] * len(scatter) + ([2.2] if scatter else []) + [bars_width]
+    bars_width = max(5.0, 0.55 * len(programs) * max(1, len(labels)) ** 0.5 + 2.0)
+    widths = [4.6] * len(scatter) + ([3.0] if scatter else []) + [bars_width]
     fig = plt.figure(figsize=(sum(widths) + 0.5, 5.6))
     grid = fig.add_gridspec(1, len(widths), width_ratios=widths, wspace=0.35)
     true_us = _us(data.runtime)
@@ -84,7 +84,7 @@ def plot(path, data, predictions, result, dpi=120):
         pred_us = _us(predictions[lab])
         if not counted.all():
             ax.scatter(true_us[~counted], pred_us[~counted], s=5, color="0.7",
-                       edgecolors="none", label=f"below {thr_ns / 1000:g} us (not in the bars)")
+                       edgecolors="none", label=f"under {thr_ns / 1000:g} us (no bar)")
         for p in programs:
             sel = (prog == p) & counted
             ax.scatter(true_us[sel], pred_us[sel], s=12, alpha=0.75, color=colors[p],
@@ -172,8 +172,9 @@ def _bars(ax, data, predictions, result, programs, colors):
     if fusion:
         handles.append(Line2D([], [], ls="", marker="D", markersize=4, markerfacecolor="white",
                               markeredgecolor="black", label="whole-program error"))
-        ax.set_ylabel(f"error (%): bars MAPE of kernels >= {result['threshold_ns'] / 1000:g} us")
-        title = "per-program error (bars: +-1 s.e. of the mean APE)"
+        ax.set_ylabel("error (%)")
+        title = (f"per-program error\nbars: MAPE of kernels >= {result['threshold_ns'] / 1000:g} us "
+                 f"(+-1 s.e.)")
     else:
         ax.set_ylabel("Tile-Size APE (%)")
         title = "per-program Tile-Size APE"
@@ -183,4 +184,4 @@ def _bars(ax, data, predictions, result, programs, colors):
     # the predictor legend above the plotting area, so it never covers a bar
     ax.legend(handles=handles, fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0),
               ncol=min(len(handles), 4), frameon=False, title="predictor")
-    ax.set_title(title, pad=12 + 14 * (1 + (len(handles) - 1) // 4) + 12)
+    ax.set_title(title, fontsize=11, pad=12 + 14 * (1 + (len(handles) - 1) // 4) + 12)
