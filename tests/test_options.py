@@ -148,6 +148,15 @@ def test_binary_records_are_refused_on_a_terminal(args, pipe):
     assert "Traceback" not in err and seen == b""
 
 
+def test_baseline_apply_refuses_a_terminal_too(tmp_path):
+    fitted = tmp_path / "b.json"
+    p = subprocess.run([sys.executable, "-m", "tpuperf_cli", "baseline", "fit", "-q", "-o",
+                        str(fitted), str(GRAPHS)], capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+    code, err, seen = run_on_terminal(["baseline", "apply", "-b", str(fitted), str(GRAPHS)])
+    assert code == 2 and "| tpuperf eval" in err and seen == b""
+
+
 def test_score_on_a_terminal_prints_its_table(tmp_path):
     from tpuperf_cli.stream import RecordWriter, new_record
 
