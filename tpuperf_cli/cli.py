@@ -64,8 +64,8 @@ def tpuperf():
 
     Every tool spells its options alike: -o/--output FILE for a file it
     writes, -m/--model FILE (`default`: the bundled model), -q/--quiet for no
-    progress or summary on stderr, -f/--format where there is a choice of
-    output formats. Binary records are never written to a terminal.
+    progress, summary or notes on stderr, -f/--format where there is a
+    choice of output formats. Binary records are never written to a terminal.
 
     \b
     Examples:

@@ -2,7 +2,7 @@
 
 One vocabulary (README, "Options"): `-o/--output FILE` for every file a tool
 writes, `-m/--model` for a model file (`default` names the bundled one),
-`-q/--quiet` for no progress or summary on stderr, `-f/--format` where the
+`-q/--quiet` for no progress, summary or notes on stderr, `-f/--format` where the
 output has a choice of formats, `-b/--baseline` for a baseline file.
 Spellings older versions used stay accepted as hidden aliases, so scripts
 keep working while --help and the man pages show one name.
@@ -43,7 +43,7 @@ def output_option(help="Where to write: a file, or - for stdout.", default="-",
                         type=click.Path(dir_okay=False, allow_dash=True), help=help, **extra)
 
 
-def quiet_option(help="No progress or summary on stderr (errors and warnings still go there)."):
+def quiet_option(help="No progress or summary on stderr (errors always go there)."):
     return click.option("-q", "--quiet", is_flag=True, help=help)
 
 

@@ -3,8 +3,7 @@
 import click
 
 from tpuperf_cli.commands.options import (CONTEXT, model_option, output_option, quiet_option,
-                                         record_writer,
-                                         refuse_terminal)
+                                         record_writer, refuse_terminal)
 from tpuperf_cli.stream import read_many
 
 
