@@ -156,6 +156,10 @@ def render_table(programs):
     return "\n".join(lines) + "\n"
 
 
+def _count(count):
+    return str(int(count)) if float(count).is_integer() else f"{count:.3g}"
+
+
 def render_kernels(program):
     """Lines of a program's "top" kernel table: share of the program's
     predicted time, count, opcode, time per program run (x count)."""
@@ -170,7 +174,7 @@ def render_kernels(program):
             opcode += f" ({k['fusion_kind']})"
         share = k.get("share")
         rt = k.get("runtime_ns")
-        rows.append([f"{share:.1f}%" if share is not None else "-", f"{k['count']:g}", opcode,
+        rows.append([f"{share:.1f}%" if share is not None else "-", _count(k["count"]), opcode,
                      _time(k["pred_ns"] * k["count"]),
                      _time(rt * k["count"]) if rt is not None else "-", str(k.get("kernel"))])
     return lines + ["  " + line for line in _align(header, rows, left=(2, 5))]
