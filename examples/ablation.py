@@ -154,7 +154,7 @@ def main(argv=None):
     args.rev_start = git_rev()
 
     baseline = work / "baseline.json"
-    run([tool("tpuperf"), "baseline", "fit", "--out", baseline, *train], work / "baseline.log")
+    run([tool("tpuperf"), "baseline", "fit", "-o", baseline, *train], work / "baseline.log")
 
     eval_cmd = [tool("tpuperf"), "eval", "-b", baseline, "--min-us", args.min_us, "-f", "json"]
     trained = {}   # label -> (variant, seed, model path, train summary)
@@ -170,7 +170,7 @@ def main(argv=None):
                 log(f"{label}: reusing {model} and its evaluation")
             else:
                 run([tool("tpuperf"), "train", "--data", str(snap / "*.zst"),
-                     "--split", args.split, "--out", model, "--gnn", gnn, "--reduction", reduction,
+                     "--split", args.split, "-o", model, "--gnn", gnn, "--reduction", reduction,
                      "--epochs", args.epochs, "--seed", seed, "--max-time", args.max_time,
                      "--name", label, *args.train_args.split()], logfile)
                 # evaluated at once, so a later change of the model code cannot strand it

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The tile-size task end to end, on real TPU measurements.
 
-/work/shared/data/tpu_tile_sample.json (from tpu_graphs' test data) holds
+examples/tile/tpu_tile_sample.json (from tpu_graphs' test data) holds
 three TPU kernels as HLO text, each with the tile configurations tried and
 their measured runtimes; one configuration per kernel is marked is_default:
 the one XLA's own analytical model chose, the paper's baseline for this task.
@@ -47,7 +47,7 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SAMPLE = "/work/shared/data/tpu_tile_sample.json"
+SAMPLE = os.path.join(HERE, "tile", "tpu_tile_sample.json")
 
 
 def tool(*args, stdin=None, stdout=None):
@@ -135,7 +135,7 @@ def one_seed(work, graphs, seed, args, log):
     write(f"{d}/train.msgpack", train)
     write(f"{d}/test.msgpack", test)
     t0 = time.time()
-    tool("train", "--task", "tile", "--data", f"{d}/train.msgpack", "--out", f"{d}/tile.pt",
+    tool("train", "--task", "tile", "--data", f"{d}/train.msgpack", "-o", f"{d}/tile.pt",
          "--epochs", str(args.epochs), "--batch-size", "16", "--configs", "16",
          "--seed", str(seed), "--name", "rank-model")
     seconds = time.time() - t0
@@ -187,7 +187,7 @@ def report(runs, args, n_records, n_kernels):
     w("```sh")
     w("tpuperf import tuning-json tpu_tile_sample.json | featurize > graphs.msgpack")
     w("# split each kernel's configurations: train.msgpack, test.msgpack (XLA's default in test)")
-    w("tpuperf train --task tile --data train.msgpack --out tile.pt --epochs "
+    w("tpuperf train --task tile --data train.msgpack -o tile.pt --epochs "
       f"{args.epochs} --batch-size 16 --configs 16")
     w("predict --model tile.pt test.msgpack > pred.msgpack")
     w("tpuperf eval --predicted pred.msgpack            # beside xla-default")

@@ -20,7 +20,7 @@
 # For another target (a TPU, a GPU), measure your own corpus the same way
 # (hlo-split | featurize | measure --backend tpu | zstd > shards/P.zst, one
 # shard per program) and train on it:
-#   tpuperf train --data 'shards/*.zst' --split my_split.json --out tpu.pt
+#   tpuperf train --data 'shards/*.zst' --split my_split.json -o tpu.pt
 #   hlo-split prog.hlo | featurize | predict --model tpu.pt | score
 set -e
 cd "$(dirname "$0")/.."
@@ -29,7 +29,7 @@ SPLIT=${SPLIT:-examples/splits/random.json}
 OUT=${OUT:-tpuperf_cli/data/default.pt}
 
 TPUPERF_THREADS=2 $PY -m tpuperf_cli train \
-    --data 'examples/corpus/graphs/*.zst' --split "$SPLIT" --out "$OUT" --name default \
+    --data 'examples/corpus/graphs/*.zst' --split "$SPLIT" -o "$OUT" --name default \
     --seed 0 --threads 2 --epochs 150 --patience 25 --max-time 1080 \
     --gnn sage --layers 3 --neighbors 20 --reduction column --hidden 64 --opcode-dim 32 \
     --batch-size 64 --lr 1e-3 "$@"

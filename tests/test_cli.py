@@ -41,7 +41,7 @@ def test_man_pages_are_current():
 def test_every_command_has_a_man_page(name):
     page = name if name in {"hlo-split", "featurize", "measure", "predict", "score"} \
         else f"tpuperf-{name}"
-    text = (ROOT / "man" / f"{page}.1").read_text()
+    text = (ROOT / "man" / "man1" / f"{page}.1").read_text()
     assert ".SH DESCRIPTION" in text and ".SH OPTIONS" in text
 
 
@@ -72,3 +72,28 @@ def test_readme_main_job_names_files_that_exist():
     assert paths, main_job
     for path in paths:
         assert (ROOT / path).is_file(), f"README main job names a missing file: {path}"
+
+
+def test_man_finds_the_pages_through_the_readme_manpath():
+    """README: `export MANPATH="$PWD/man:"` in the checkout, then `man tpuperf`."""
+    import os
+    import shutil
+
+    if shutil.which("man") is None:
+        pytest.skip("no man program here")
+    readme = (ROOT / "README.md").read_text()
+    assert 'export MANPATH="$PWD/man:"' in readme
+    env = dict(os.environ, MANPATH=f"{ROOT / 'man'}:")
+    for page in ("tpuperf", "tpuperf-split", "score"):
+        p = subprocess.run(["man", "-w", page], capture_output=True, text=True, env=env)
+        assert p.returncode == 0 and p.stdout.strip() == str(ROOT / "man" / "man1" / f"{page}.1")
+
+
+@pytest.mark.parametrize("name", AVAILABLE)
+def test_man_pages_have_examples(name):
+    page = name if name in {"hlo-split", "featurize", "measure", "predict", "score"} \
+        else f"tpuperf-{name}"
+    text = (ROOT / "man" / "man1" / f"{page}.1").read_text()
+    assert ".SH EXAMPLES" in text
+    description = text.split(".SH DESCRIPTION", 1)[1].split(".SH OPTIONS", 1)[0]
+    assert "Examples:" not in description

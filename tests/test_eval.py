@@ -255,3 +255,42 @@ def test_eval_runs_models_side_by_side(tmp_path):
 
     r = CliRunner().invoke(cli, ["-m", str(tmp_path / "none.pt"), test_shard])
     assert isinstance(r.exception, TpuperfError) and "none.pt" in str(r.exception)
+
+
+def test_whole_program_error_counts_every_kernel_times_its_count(tmp_path):
+    # A: predicted 2000 + 6600 + 9000 = 17600 against 17000 measured: 3.53 %;
+    # with f.1 run 3 times: 21600 against 19000: 13.68 %. B: 26000 / 28000.
+    recs = [dict(r) for r in FUSION]
+    shard = _shard(tmp_path, recs)
+    res = _json(["--predicted", "--no-baseline", shard])
+    a, b = res["programs"]
+    assert a["program_error"]["toy"] == pytest.approx(100 * 600 / 17000)
+    assert b["program_error"]["toy"] == pytest.approx(100 * 2000 / 28000)
+    assert a["runtime_ns"] == 17000
+    assert res["summary"]["program_error"]["toy"]["median"] == pytest.approx(
+        (100 * 600 / 17000 + 100 * 2000 / 28000) / 2)
+    recs[0]["count"] = 3
+    res = _json(["--predicted", "--no-baseline", _shard(tmp_path, recs, "counted.zst")])
+    assert res["programs"][0]["program_error"]["toy"] == pytest.approx(100 * 2600 / 19000)
+
+    r = CliRunner().invoke(cli, ["--predicted", "--no-baseline", shard])
+    lines = r.output.splitlines()
+    header = next(line for line in lines if line.startswith("program"))
+    assert header.split()[-2:] == ["toy", "prog%"]
+    row_a = next(line for line in lines if line.startswith("A "))
+    assert row_a.split()[-1] == f"{100 * 600 / 17000:.1f}"
+    r = CliRunner().invoke(cli, ["--predicted", "--no-baseline", "--summary", shard])
+    assert "median prog%" in r.output
+
+
+def test_split_keeps_the_test_programs(tmp_path):
+    shard = _shard(tmp_path, FUSION)
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"train": ["A"], "valid": [], "test": ["B"]}))
+    res = _json(["--predicted", "--no-baseline", "--split", str(split), shard])
+    assert [p["program"] for p in res["programs"]] == ["B"]
+    out = tmp_path / "eval.json"
+    r = CliRunner().invoke(cli, ["--predicted", "--no-baseline", "-f", "json", "-o", str(out),
+                                 "--split", str(split), shard])
+    assert r.exit_code == 0 and r.stdout == ""
+    assert json.loads(out.read_text())["programs"][0]["program"] == "B"

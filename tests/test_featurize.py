@@ -20,9 +20,7 @@ from tpuperf_cli.hlo.parser import OPCODES, parse_module
 from tpuperf_cli.stream import decode_array
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-TILE_SAMPLE = pathlib.Path("/work/shared/data/tpu_tile_sample.json")
-if not TILE_SAMPLE.exists():
-    TILE_SAMPLE = ROOT.parent / "shared" / "data" / "tpu_tile_sample.json"
+TILE_SAMPLE = ROOT / "examples" / "tile" / "tpu_tile_sample.json"
 
 
 def expected(entries):

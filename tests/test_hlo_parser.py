@@ -19,7 +19,7 @@ from test_hlo_split import xla_view  # noqa: E402  (XLA's view of a module)
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "hlo"
 EXAMPLES = sorted(glob.glob(str(ROOT / "examples" / "hlo" / "*.hlo")))
-TPU_SAMPLE = pathlib.Path("/work/shared/data/tpu_tile_sample.json")
+TPU_SAMPLE = ROOT / "examples" / "tile" / "tpu_tile_sample.json"
 
 
 def _same_as_xla(text, name="t"):

@@ -20,7 +20,7 @@ from tpuperf_cli.stream import read_records
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "hlo"
 EXAMPLES = sorted(glob.glob(str(ROOT / "examples" / "hlo" / "*.hlo")))
-TPU_SAMPLE = pathlib.Path("/work/shared/data/tpu_tile_sample.json")
+TPU_SAMPLE = ROOT / "examples" / "tile" / "tpu_tile_sample.json"
 HLO_SPLIT = [sys.executable, "-m", "tpuperf_cli", "hlo-split"]
 
 

@@ -16,8 +16,8 @@ from tpuperf_cli.stream import decode_array, read_records
 from tpuperf_cli.tile import tpugraphs as tg
 from tpuperf_cli.tile import tuning_json as tj
 
-SAMPLE = pathlib.Path("/work/shared/data/tpu_tile_sample.json")
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "examples" / "tile" / "tpu_tile_sample.json"
 needs_sample = pytest.mark.skipif(not SAMPLE.exists(), reason="TPU sample data not here")
 
 COPY_HLO = """HloModule copy.24, is_scheduled=true

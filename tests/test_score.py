@@ -107,3 +107,50 @@ def test_score_does_not_import_torch():
             "'numpy' not in sys.modules, sorted(m for m in ('torch', 'dgl', 'numpy') if m in sys.modules)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr.decode()
+
+
+def test_top_kernels_by_share_of_predicted_time():
+    recs = [k("a", "small", 10.0, count=1, opcode="add"),
+            k("a", "loop", 20.0, count=10, runtime=25.0, opcode="fusion", fusion_kind="kLoop"),
+            k("a", "dot", 100.0, count=1, opcode="dot"),
+            k("b", "only", 5.0)]
+    a, b = score_records(recs, top=2)
+    assert [t["kernel"] for t in a["top"]] == ["loop", "dot"]    # 200 ns and 100 ns of 310
+    loop = a["top"][0]
+    assert loop["share"] == pytest.approx(100 * 200 / 310)
+    assert (loop["count"], loop["opcode"], loop["fusion_kind"]) == (10, "fusion", "kLoop")
+    assert loop["pred_ns"] == 20.0 and loop["runtime_ns"] == 25.0
+    assert a["top"][1]["runtime_ns"] is None
+    assert [t["kernel"] for t in b["top"]] == ["only"] and b["top"][0]["share"] == 100.0
+    assert "top" not in next(score_records(recs))     # only when asked for
+
+    text = render_table([a, b])
+    assert "a: 2 of 3 kernels by share of predicted time" in text
+    row = next(line for line in text.splitlines() if line.rstrip().endswith("loop"))
+    assert row.split()[:4] == ["64.5%", "10", "fusion", "(kLoop)"]
+    assert "200 ns" in row and "250 ns" in row
+
+
+def test_top_in_every_format():
+    data = stream([k("p", f"f{i}", float(i + 1) * 1000) for i in range(5)])
+    r = CliRunner().invoke(cli, ["--top", "3", "-f", "json"], input=data)
+    assert r.exit_code == 0, r.output
+    (p,) = [json.loads(line) for line in r.output.splitlines()]
+    assert [t["kernel"] for t in p["top"]] == ["f4", "f3", "f2"]
+    r = CliRunner().invoke(cli, ["-k", "1", "-f", "msgpack"], input=data)
+    (p,) = list(msgpack.Unpacker(io.BytesIO(r.stdout_bytes), raw=False))
+    assert [t["kernel"] for t in p["top"]] == ["f4"]
+    r = CliRunner().invoke(cli, ["--top", "2", "-f", "table"], input=data)
+    assert "p: 2 of 5 kernels" in r.output
+
+
+def test_output_file(tmp_path):
+    data = stream([k("p", "f", 1000.0)])
+    out = tmp_path / "p.json"
+    r = CliRunner().invoke(cli, ["-f", "json", "-o", str(out)], input=data)
+    assert r.exit_code == 0 and r.output == ""
+    assert json.loads(out.read_text())["program"] == "p"
+    out = tmp_path / "p.msgpack"
+    r = CliRunner().invoke(cli, ["-o", str(out)], input=data)     # a file: msgpack
+    (p,) = list(read_records(str(out)))
+    assert p["type"] == "program"

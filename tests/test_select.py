@@ -1,6 +1,7 @@
 """tpuperf select: the K fastest-predicted tile configurations per kernel."""
 
 import io
+import os
 
 import numpy as np
 
@@ -102,7 +103,8 @@ def test_tile_size_ape_of_the_short_list_against_a_hand_computed_case():
 
 # ---------------------------------------------------------------- with the model
 
-SAMPLE = "/work/shared/data/tpu_tile_sample.json"
+SAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                      "examples", "tile", "tpu_tile_sample.json")
 
 
 def test_rank_loss_compares_configs_only_within_a_kernel():

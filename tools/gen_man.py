@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Write man/*.1 from the click commands, so the man pages say what --help says.
+"""Write man/man1/*.1 from the click commands, so the man pages say what --help says.
 
-    python tools/gen_man.py          # rewrite man/
-    python tools/gen_man.py --check  # exit 1 if man/ is out of date (a test runs this)
+    python tools/gen_man.py          # rewrite man/man1/
+    python tools/gen_man.py --check  # exit 1 if man/man1/ is out of date (a test runs this)
+
+man/ is a man directory (MANPATH="$PWD/man:" man tpuperf). A `\b` block
+of a docstring that starts with "Examples:" goes to the EXAMPLES section.
 """
 
 import argparse
@@ -15,7 +18,7 @@ import click
 from tpuperf_cli import __version__
 from tpuperf_cli.cli import COMMANDS, _available, load_command, tpuperf
 
-MAN_DIR = pathlib.Path(__file__).resolve().parent.parent / "man"
+MAN_DIR = pathlib.Path(__file__).resolve().parent.parent / "man" / "man1"
 # Tools installed as their own programs keep their bare name; the rest are
 # `tpuperf NAME`, paged as tpuperf-NAME(1).
 STANDALONE = {"hlo-split", "featurize", "measure", "predict", "score"}
@@ -36,13 +39,28 @@ def esc(text):
     return "\n".join(lines)
 
 
+def is_examples(block):
+    lines = block.lstrip("\b").strip("\n").splitlines()
+    return block.startswith("\b") and lines and lines[0].strip() in ("Examples:", "Example:")
+
+
+def examples(text):
+    """The example lines of a docstring's "Examples:" blocks."""
+    out = []
+    for block in inspect.cleandoc(text or "").split("\n\n"):
+        if is_examples(block):
+            out += inspect.cleandoc("\n".join(block.strip("\b\n").splitlines()[1:])).splitlines()
+    return out
+
+
 def paragraphs(text):
     """Docstring text to roff: blank lines split paragraphs, `\\b` keeps a
-    block verbatim (click's own marker for no rewrapping)."""
+    block verbatim (click's own marker for no rewrapping). Examples blocks
+    are left out (they go to EXAMPLES)."""
     out = []
     for block in inspect.cleandoc(text or "").split("\n\n"):
         block = block.strip("\n")
-        if not block.strip():
+        if not block.strip() or is_examples(block):
             continue
         if block.startswith("\b"):
             out.append(".PP\n.nf\n.RS 2\n" + esc(block[1:].strip("\n")) + "\n.RE\n.fi")
@@ -71,6 +89,7 @@ def render(command, full_name, page, ctx_parent=None):
     summary = doc.split("\n")[0].rstrip(".")
     rest = doc.split("\n", 1)[1] if "\n" in doc else ""
     usage = " ".join(command.collect_usage_pieces(ctx))
+    example_lines = examples(command.help)
     parts = [
         f'.TH {page.upper()} 1 "" "tpuperf {__version__}" "tpuperf manual"',
         ".SH NAME",
@@ -100,6 +119,9 @@ def render(command, full_name, page, ctx_parent=None):
             opts = options_section(sub, sub_ctx)
             if opts:
                 parts.append(".PP\nOptions:\n" + opts)
+            example_lines += [line for line in examples(sub.help) if line not in example_lines]
+    if example_lines:
+        parts.append(".SH EXAMPLES\n.nf\n.RS 2\n" + esc("\n".join(example_lines)) + "\n.RE\n.fi")
     parts.append(".SH EXIT STATUS\n0 on success; 1 when the input data or a run is bad; "
                  "2 for a usage error or HLO text that does not parse; 130 when interrupted.")
     others = sorted({page_name(n) for n in COMMANDS if _available(n)} | {"tpuperf"} - {page})

@@ -26,6 +26,7 @@ COMMANDS = {
     "baseline": "baseline",
     "import": "import_",
     "select": "select",
+    "split": "split",
 }
 
 
@@ -56,16 +57,23 @@ def tpuperf():
 
     A kit of small tools joined by msgpack record streams on stdin/stdout,
     after Kaufman et al., "A Learned Performance Model for Tensor Processing
-    Units" (MLSys 2021):
+    Units" (MLSys 2021). Each tool is also installed on its own (hlo-split,
+    featurize, measure, predict, score). Run `tpuperf COMMAND --help` for one
+    tool's options, and see the man pages (man tpuperf, man hlo-split, ...;
+    in a checkout, put its man/ on MANPATH: export MANPATH="$PWD/man:").
+
+    Every tool spells its options alike: -o/--output FILE for a file it
+    writes, -m/--model FILE (`default`: the bundled model), -q/--quiet for no
+    progress, summary or notes on stderr, -f/--format where there is a
+    choice of output formats. Binary records are never written to a terminal.
 
     \b
+    Examples:
       hlo-split prog.hlo | featurize | predict | score
-      hlo-split prog.hlo | featurize | measure --backend cpu > prog.msgpack
-      tpuperf train --data shards/*.zst --out model.pt
-
-    Each tool is also installed on its own (hlo-split, featurize, measure,
-    predict, score). Run `tpuperf COMMAND --help` for one tool's options, and
-    see the man pages (man tpuperf, man hlo-split, ...).
+      hlo-split prog.hlo | featurize | predict | score --top 10
+      hlo-split prog.hlo | featurize | measure --backend cpu -o shards/prog.zst
+      tpuperf split programs shards/*.zst -o split.json
+      tpuperf train --data 'shards/*.zst' --split split.json -o model.pt
     """
 
 

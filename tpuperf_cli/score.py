@@ -7,8 +7,11 @@ come beside it.
 
     for record in score_records(records): ...   # program records, input order
     render_table(programs) -> str
+    score_records(records, top=5)   # each with its 5 costliest kernels ("top")
+    render_kernels(programs) -> str
 """
 
+import heapq
 import math
 
 from tpuperf_cli.errors import StreamError
@@ -16,7 +19,8 @@ from tpuperf_cli.stream import new_record
 
 
 class _Program:
-    __slots__ = ("name", "kernels", "pred", "runtime", "measured", "counts_known", "models", "targets")
+    __slots__ = ("name", "kernels", "pred", "runtime", "measured", "counts_known", "models", "targets",
+                 "each")
 
     def __init__(self, name):
         self.name = name
@@ -27,13 +31,14 @@ class _Program:
         self.counts_known = True
         self.models = []
         self.targets = []
+        self.each = []      # per kernel, for --top: (pred x count, order, fields)
 
 
 def _number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def score_records(records, name="input"):
+def score_records(records, name="input", top=0):
     """Program records from kernel or graph records that carry pred_ns.
 
     Each output record: program, kernels (records read), pred_ns (sum of
@@ -44,6 +49,12 @@ def score_records(records, name="input"):
     kernels were). Programs come out in the order first seen, after the
     input ends. A record without pred_ns or with a bad count raises
     StreamError naming it.
+
+    top: with top > 0, each program record also gets "top", its `top`
+    kernels with the largest pred_ns x count, largest first, each
+    {kernel, index, count, opcode, fusion_kind, pred_ns (one run),
+    runtime_ns (one run, or None), share (percent of the program's
+    pred_ns)}.
     """
     programs = {}
     for number, record in enumerate(records, 1):
@@ -76,6 +87,8 @@ def score_records(records, name="input"):
         model = record.get("model")
         if model is not None and model not in p.models:
             p.models.append(model)
+        if top:
+            p.each.append((float(pred) * count, -p.kernels, _kernel_fields(record, pred, count, rt)))
     if not programs:
         raise StreamError(f"{name}: no records (score reads the records predict writes: "
                           f"hlo-split prog.hlo | featurize | predict | score)")
@@ -91,7 +104,17 @@ def score_records(records, name="input"):
             out["ape"] = 100.0 * abs(p.pred - p.runtime) / p.runtime if p.runtime > 0 else None
         elif p.measured:
             out["measured"] = p.measured
+        if top:
+            out["top"] = [dict(fields, share=100.0 * t / p.pred if p.pred > 0 else None)
+                          for t, _, fields in heapq.nlargest(top, p.each)]
         yield out
+
+
+def _kernel_fields(record, pred, count, runtime):
+    return {"kernel": record.get("kernel"), "index": record.get("index"), "count": count,
+            "opcode": record.get("opcode"), "fusion_kind": record.get("fusion_kind"),
+            "pred_ns": float(pred),
+            "runtime_ns": float(runtime) if _number(runtime) and runtime > 0 else None}
 
 
 def _time(ns):
@@ -104,8 +127,16 @@ def _time(ns):
     return f"{ns:.0f} ns"
 
 
+def _align(header, rows, left=(0,)):
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    return ["  ".join(c.ljust(w) if i in left else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+            for r in [header] + rows]
+
+
 def render_table(programs):
-    """A text table of program records (for a terminal)."""
+    """A text table of program records (for a terminal); programs that carry
+    "top" (score_records(top=N)) get their kernel table below."""
     header = ["program", "kernels", "predicted", "measured", "error"]
     rows = []
     for p in programs:
@@ -116,14 +147,37 @@ def render_table(programs):
                      _time(rt) if rt is not None else
                      (f"({p['measured']} of {p['kernels']})" if p.get("measured") else "-"),
                      f"{ape:.1f}%" if ape is not None else "-"])
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    lines = []
-    for r in [header] + rows:
-        cells = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
-        lines.append("  ".join(cells).rstrip())
+    lines = _align(header, rows)
     if any(not p.get("count_known", True) for p in programs):
         lines.append("+ some kernels run an unknown number of times (counted once)")
+    for p in programs:
+        if "top" in p:
+            lines += [""] + render_kernels(p)
     return "\n".join(lines) + "\n"
+
+
+def _count(count):
+    return str(int(count)) if float(count).is_integer() else f"{count:.3g}"
+
+
+def render_kernels(program):
+    """Lines of a program's "top" kernel table: share of the program's
+    predicted time, count, opcode, time per program run (x count)."""
+    top = program["top"]
+    lines = [f"{program['program']}: {len(top)} of {program['kernels']} kernels by share of "
+             f"predicted time (per program run: time x count)"]
+    header = ["share", "count", "opcode", "predicted", "measured", "kernel"]
+    rows = []
+    for k in top:
+        opcode = str(k.get("opcode") or "?")
+        if k.get("fusion_kind"):
+            opcode += f" ({k['fusion_kind']})"
+        share = k.get("share")
+        rt = k.get("runtime_ns")
+        rows.append([f"{share:.1f}%" if share is not None else "-", _count(k["count"]), opcode,
+                     _time(k["pred_ns"] * k["count"]),
+                     _time(rt * k["count"]) if rt is not None else "-", str(k.get("kernel"))])
+    return lines + ["  " + line for line in _align(header, rows, left=(2, 5))]
 
 
 def to_json(program):

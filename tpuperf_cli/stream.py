@@ -162,6 +162,34 @@ def zstd_decompress(data, name):
         raise StreamError(f"{name}: cannot decompress zstd data: {e}") from None
 
 
+def what_input_is(head):
+    """For input that is not a record stream, from its first bytes: what it
+    looks like and which tool reads it (None when unsure)."""
+    text = head.lstrip()
+    if text.startswith(b"HloModule") or b"ENTRY" in head or b"ROOT " in head:
+        return "HLO text", "hlo-split reads HLO text: hlo-split prog.hlo | featurize | ..."
+    if head.startswith(b"PK\x03\x04"):
+        return "a zip (.npz) file", "tpuperf import tpugraphs reads TpuGraphs .npz files"
+    if head.startswith(b"\x1f\x8b"):
+        return "gzip data", "tools read plain or zstd-compressed record streams"
+    if text[:1] in (b"{", b"["):
+        return "JSON", "tpuperf import tuning-json reads TPU tile-tuning JSON"
+    if head and all(32 <= c < 127 or c in b"\t\r\n" for c in head):
+        return "text", ("hlo-split reads HLO text; records come from hlo-split, featurize, "
+                        "measure, predict and tpuperf import")
+    return None
+
+
+def _not_records(name, message, head):
+    """The error for a first record that does not read: what the input
+    looks like where that is clear, else the reader's message."""
+    guess = what_input_is(head or b"")
+    if guess is None:
+        return message
+    what, who = guess
+    return f"{name}: this is {what}, not a msgpack record stream ({who})"
+
+
 def read_records(source=None, name=None):
     """Yield the records (dicts) of one stream.
 
@@ -173,6 +201,7 @@ def read_records(source=None, name=None):
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=_MAX_RECORD)
     fed = 0
     number = 0
+    head = None     # the first bytes, to say what input that is not records looks like
     try:
         while True:
             try:
@@ -183,6 +212,8 @@ def read_records(source=None, name=None):
                 raise StreamError(f"{name}: record {number + 1}: cannot read stream: {e}") from None
             if not chunk:
                 break
+            if head is None:
+                head = chunk[:256]
             fed += len(chunk)
             unpacker.feed(chunk)
             while True:
@@ -191,15 +222,17 @@ def read_records(source=None, name=None):
                 except msgpack.OutOfData:
                     break
                 except Exception as e:
-                    raise StreamError(f"{name}: record {number + 1}: corrupt msgpack data ({e})") from None
+                    message = f"{name}: record {number + 1}: corrupt msgpack data ({e})"
+                    raise StreamError(_not_records(name, message, head) if number == 0 else message) from None
                 number += 1
                 if not isinstance(record, dict):
-                    raise StreamError(
-                        f"{name}: record {number}: expected a msgpack map, got {type(record).__name__}")
+                    message = f"{name}: record {number}: expected a msgpack map, got {type(record).__name__}"
+                    raise StreamError(_not_records(name, message, head) if number == 1 else message)
                 yield record
         if unpacker.tell() != fed:
-            raise StreamError(f"{name}: record {number + 1}: stream is truncated "
-                              f"({fed - unpacker.tell()} bytes of an incomplete record at the end)")
+            message = (f"{name}: record {number + 1}: stream is truncated "
+                       f"({fed - unpacker.tell()} bytes of an incomplete record at the end)")
+            raise StreamError(_not_records(name, message, head) if number == 0 else message)
     finally:
         if f is not sys.stdin.buffer and isinstance(source, (str, os.PathLike)):
             f.close()

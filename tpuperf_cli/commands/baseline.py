@@ -1,11 +1,11 @@
 """`tpuperf baseline`: the analytical roofline baseline (fit, apply, show)."""
 
 import json
-import sys
 
 import click
 
-from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.commands.options import (CONTEXT, baseline_option, output_option, quiet_option,
+                                         record_writer, split_option, text_output)
 
 
 def _inputs(data, files):
@@ -13,7 +13,7 @@ def _inputs(data, files):
     return list(data) + list(files)
 
 
-@click.group("baseline", context_settings={"help_option_names": ["-h", "--help"]})
+@click.group("baseline", context_settings=CONTEXT)
 def cli():
     """The analytical baseline: a roofline with one coefficient per kernel kind.
 
@@ -54,9 +54,9 @@ def cli():
 
     \b
     Examples:
-      tpuperf baseline fit --data train/*.zst --out baseline.json
-      tpuperf baseline fit --data train/*.zst --peak-flops 61.5e12 --bandwidth 450e9 --out v3.json
-      featurize < kernels | tpuperf baseline apply --baseline baseline.json | score
+      tpuperf baseline fit --data train/*.zst -o baseline.json
+      tpuperf baseline fit --data train/*.zst --peak-flops 61.5e12 --bandwidth 450e9 -o v3.json
+      tpuperf baseline apply --baseline baseline.json test/*.zst | tpuperf eval
       tpuperf eval --model model.pt --baseline baseline.json --data test/*.zst
     """
 
@@ -65,8 +65,10 @@ def cli():
 @click.option("--data", "data", multiple=True, type=click.Path(dir_okay=False),
               help="Measured graph shard (plain or .zst); repeat, or list several after one --data.")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
-@click.option("--out", "-o", type=click.Path(dir_okay=False), default="-", show_default=True,
-              help="Where to write the baseline JSON ('-' for stdout).")
+@split_option(help='JSON {"train": [...], ...} of program names (`tpuperf split`): fit on '
+                   "the records of its 'train' programs only.")
+@output_option(help="Where to write the baseline JSON ('-' for stdout).",
+               hidden_aliases=["--out"])
 @click.option("--peak-flops", type=float, default=None,
               help="Peak operations/s of the target; with --bandwidth, fixes the roofline.")
 @click.option("--bandwidth", type=float, default=None,
@@ -75,12 +77,14 @@ def cli():
               help="Fit the fixed cost per kernel t0 (else t0 = 0: a pure roofline).")
 @click.option("--min-kernels", type=click.IntRange(1), default=3, show_default=True,
               help="Kinds with fewer training kernels share the coefficient 'other'.")
-def fit_cmd(data, files, out, peak_flops, bandwidth, overhead, min_kernels):
+@quiet_option(help="No summary of the fit on stderr.")
+def fit_cmd(data, files, split_path, output, peak_flops, bandwidth, overhead, min_kernels, quiet):
     """Fit the roofline baseline on measured graph records.
 
     Reads graph records carrying kernel_feat (featurize) and runtime_ns
-    (measure) from the files given (plain or zstd; stdin when none) and
-    writes a JSON file: format, formula, peak_flops, bandwidth,
+    (measure) from the files given (plain or zstd; stdin when none), only
+    those of the split's training programs with --split, and writes a JSON
+    file: format, formula, peak_flops, bandwidth,
     overhead_ns, ridge_flops_per_byte, coef (one per kind), kernels, kernels_per_kind,
     log_rmse and train_mape of the fit, target (from the records). Records
     without runtime_ns (failed measurements) are skipped. A summary goes to
@@ -88,24 +92,22 @@ def fit_cmd(data, files, out, peak_flops, bandwidth, overhead, min_kernels):
 
     \b
     Example:
-      tpuperf baseline fit --data train/*.zst --out baseline.json
+      tpuperf baseline fit --data train/*.zst -o baseline.json
+      tpuperf baseline fit --split split.json -o baseline.json shards/*.zst
     """
     from tpuperf_cli.eval import baseline as bl
+    from tpuperf_cli.split import records_of, split_programs
     from tpuperf_cli.stream import read_many
 
+    records = read_many(_inputs(data, files))
+    if split_path:
+        records = records_of(records, split_programs(split_path, "train"))
     stats = {}
-    b = bl.fit_records(read_many(_inputs(data, files)), peak_flops, bandwidth, min_kernels, stats,
-                       overhead)
-    text = json.dumps(b.to_json(), indent=2) + "\n"
-    if out == "-":
-        sys.stdout.write(text)
-    else:
-        try:
-            with open(out, "w") as f:
-                f.write(text)
-        except OSError as e:
-            raise TpuperfError(f"{out}: {e.strerror}") from None
-    _summary(b, stats.get("skipped", 0))
+    b = bl.fit_records(records, peak_flops, bandwidth, min_kernels, stats, overhead)
+    with text_output(output) as f:
+        f.write(json.dumps(b.to_json(), indent=2) + "\n")
+    if not quiet:
+        _summary(b, stats.get("skipped", 0))
 
 
 def _summary(b, skipped=0, err=True):
@@ -125,14 +127,15 @@ def _summary(b, skipped=0, err=True):
 
 
 @cli.command("apply")
-@click.option("--baseline", "-b", "path", required=True, type=click.Path(dir_okay=False),
-              help="Baseline JSON written by `tpuperf baseline fit`.")
+@baseline_option(required=True, help="Baseline JSON written by `tpuperf baseline fit`.")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
-def apply_cmd(path, files):
+@output_option(help="Where to write the records: a file (zstd if it ends in .zst) or - for "
+                    "stdout.")
+def apply_cmd(baseline_path, files, output):
     """Add the baseline's prediction to every graph record.
 
-    Reads graph records (files or stdin), writes them to stdout with two
-    fields added: baseline_ns (float, the roofline prediction in ns) and
+    Reads graph records (files or stdin), writes them to stdout or -o FILE
+    (never to a terminal) with two fields added: baseline_ns (float, the roofline prediction in ns) and
     baseline_kind (the kernel kind whose coefficient was used). Other
     fields pass through. A record without kernel_feat is an error.
 
@@ -141,10 +144,10 @@ def apply_cmd(path, files):
       featurize < kernels.msgpack | tpuperf baseline apply -b baseline.json > out.msgpack
     """
     from tpuperf_cli.eval import baseline as bl
-    from tpuperf_cli.stream import RecordWriter, read_many
+    from tpuperf_cli.stream import read_many
 
-    b = bl.Baseline.load(path)
-    with RecordWriter() as w:
+    b = bl.Baseline.load(baseline_path)
+    with record_writer(output, "tpuperf eval") as w:
         for number, record in enumerate(read_many(list(files)), 1):
             record["baseline_kind"] = bl.kernel_kind(record)
             record["baseline_ns"] = b.predict_record(record, f"record {number}")

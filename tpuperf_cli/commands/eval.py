@@ -1,22 +1,23 @@
 """`tpuperf eval`: paper-style accuracy tables for one or more models."""
 
 import os
-import sys
 
 import click
 
+from tpuperf_cli.commands.options import (CONTEXT, baseline_option, format_option, output_option,
+                                         quiet_option, resolve_model, split_option, text_output)
 from tpuperf_cli.errors import TpuperfError
 
 
 def _split_model(spec):
     """"LABEL=PATH" or "PATH" -> (label, path); the label defaults to the
-    file name without extension."""
+    file name without extension. PATH `default` is the bundled model."""
     if "=" in spec and not os.path.exists(spec):
         label, path = spec.split("=", 1)
         if label and path:
-            return label, path
+            return label, resolve_model(path)
     base = os.path.basename(spec)
-    return (base.split(".")[0] or base), spec
+    return (base.split(".")[0] or base), resolve_model(spec)
 
 
 def _unique(labels):
@@ -28,17 +29,16 @@ def _unique(labels):
     return out
 
 
-@click.command("eval", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("eval", context_settings=CONTEXT)
 @click.option("--data", "data", multiple=True, type=click.Path(dir_okay=False),
               help="Measured graph shard (plain or .zst); repeat, or list several after one --data.")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
 @click.option("--model", "-m", "models", multiple=True, metavar="[LABEL=]PATH",
-              help="Model file from `tpuperf train`; repeat for a side-by-side table. "
-                   "The column label is LABEL, else the file name.")
+              help="Model file from `tpuperf train` (`default`: the bundled model); repeat for "
+                   "a side-by-side table. The column label is LABEL, else the file name.")
 @click.option("--predicted", is_flag=True,
               help="Also evaluate the pred_ns the records already carry (from `predict`).")
-@click.option("--baseline", "-b", "baseline_path", type=click.Path(dir_okay=False),
-              help="Roofline baseline JSON from `tpuperf baseline fit` (a 'baseline' column).")
+@baseline_option(help="Roofline baseline JSON from `tpuperf baseline fit` (a 'baseline' column).")
 @click.option("--no-baseline", is_flag=True,
               help="Leave out the baseline even where records carry baseline_ns.")
 @click.option("--task", type=click.Choice(["auto", "fusion", "tile"]), default="auto",
@@ -46,16 +46,19 @@ def _unique(labels):
                                       "and several share a (program, kernel).")
 @click.option("--min-us", "min_us", type=click.FloatRange(0), default=5.0, show_default=True,
               help="Fusion task: threshold of the first table, in microseconds of measured runtime.")
-@click.option("--format", "-f", "fmt", type=click.Choice(["table", "markdown", "json"]),
-              default="table", show_default=True, help="Output format.")
+@format_option(["table", "markdown", "json"], "table")
 @click.option("--summary", "-s", is_flag=True,
               help="Print only the median/mean row of each predictor, one row per predictor.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Also write a figure (PNG): predicted vs measured and per-program error.")
 @click.option("--batch-size", type=click.IntRange(1), default=256, show_default=True,
               help="Kernels per batch when running a model.")
+@split_option(help='JSON {"train": [...], "valid": [...], "test": [...]} of program names '
+                   "(`tpuperf split`): evaluate the records of its 'test' programs only.")
+@output_option(help="Where to write the tables or JSON: a file, or - for stdout.")
+@quiet_option(help="No notes on stderr (models loaded, records skipped, figure written).")
 def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us, fmt,
-        summary, plot_path, batch_size):
+        summary, plot_path, batch_size, split_path, output, quiet):
     """Accuracy of performance models on measured kernels, as in the paper.
 
     Reads measured graph records (featurize + measure: kernel_feat,
@@ -68,7 +71,10 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
     predictor, MAPE (mean of 100 |pred - measured| / measured) and Kendall's
     tau-b between predicted and measured runtimes of the program's kernels,
     in two tables: kernels measured at >= --min-us (5 us, as in the paper),
-    and all kernels.
+    and all kernels. The first table also gives each predictor's
+    whole-program error (prog%): 100 |sum of predicted x count - sum of
+    measured x count| / sum of measured x count over all the program's
+    measured kernels, the error of the estimate `score` prints.
 
     Tile task (records with a config, several per (program, kernel)):
     Tile-Size APE (the paper's eq. 2: 100 * sum over kernels of
@@ -97,9 +103,10 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
 
     --format json writes one object: task, predictors, records,
     skipped_unmeasured, and for the fusion task threshold_ns, programs
-    (a list of {program, kernels, kernels_ge, ge: {LABEL: {mape, tau}},
-    all: {LABEL: {mape, tau}}}) and summary ({ge|all: {LABEL: {median|mean:
-    {mape, tau}}}}); for the tile task programs ({program, kernels, configs,
+    (a list of {program, kernels, kernels_ge, runtime_ns (measured x count,
+    summed), ge: {LABEL: {mape, tau}}, all: {LABEL: {mape, tau}},
+    program_error: {LABEL: percent}}) and summary ({ge|all: {LABEL:
+    {median|mean: {mape, tau}}}, program_error: {LABEL: {median, mean}}}); for the tile task programs ({program, kernels, configs,
     metrics: {LABEL: {tile_ape, tau, top1, top5, top10, ...}}}) and summary
     ({LABEL: {median|mean|pooled: {...}}}). Undefined figures (a constant
     prediction's tau, a program without kernels above the threshold) are
@@ -109,14 +116,19 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
     programs; for tile data the mean and the pooled values), the compact
     form for ablations.
 
-    --plot FILE.png writes a log-log scatter of predicted vs measured
-    runtime for each of the first four predictors that predict runtimes
-    (one colour per program, the identity line) and per-program error
-    bars for all of them.
+    --plot FILE.png writes a figure: for each of the first four predictors
+    that predict runtimes, a log-log scatter of predicted vs measured
+    runtime (all with the same axes, the identity line, a factor-of-two
+    band; the kernels the bars count in one colour per program, those
+    below --min-us as grey dots), the program legend beside them, and
+    per-program bars for all predictors (greys and hatching; the tick
+    labels in the programs' colours): MAPE on kernels >= --min-us with
+    +-1 standard error, a diamond at the whole-program error (tile task:
+    Tile-Size APE).
 
     \b
     Examples:
-      tpuperf baseline fit --data train/*.zst --out baseline.json
+      tpuperf baseline fit --data train/*.zst -o baseline.json
       tpuperf eval --model model.pt --baseline baseline.json --data test/*.zst
       tpuperf eval -m sage=sage.pt -m gat=gat.pt -b baseline.json -f markdown test/*.zst
       featurize < k.msgpack | predict -m model.pt | tpuperf eval --predicted --format json
@@ -132,19 +144,30 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
     from tpuperf_cli.eval import report
     from tpuperf_cli.stream import read_many
 
-    d = report.EvalData(read_many(list(data) + list(files)))
+    def note(msg):
+        if not quiet:
+            click.echo(msg, err=True)
+
+    records = read_many(list(data) + list(files))
+    if split_path:
+        from tpuperf_cli.split import records_of, split_programs
+
+        records = records_of(records, split_programs(split_path, "test"))
+    d = report.EvalData(records)
     if len(d) == 0:
         raise TpuperfError("no measured records (records need runtime_ns; "
-                           f"{d.skipped} records without it were skipped)")
+                           f"{d.skipped} records without it were skipped)"
+                           + (f"; none of the 'test' programs of {split_path}" if split_path
+                              and not d.skipped else ""))
     if d.skipped:
-        click.echo(f"eval: skipped {d.skipped} records without runtime_ns", err=True)
+        note(f"eval: skipped {d.skipped} records without runtime_ns")
     chosen_task = d.task() if task == "auto" else task
 
     predictions = {}
     specs = [_split_model(s) for s in models]
     labels = _unique([lab for lab, _ in specs])
     for label, (_, path) in zip(labels, specs):
-        predictions[label] = _run_model(path, d.records, batch_size)
+        predictions[label] = _run_model(path, d.records, batch_size, note)
     if predicted:
         missing = [i + 1 for i, r in enumerate(d.records) if "pred_ns" not in r]
         if missing:
@@ -174,7 +197,8 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
         result = report.evaluate(d, predictions, chosen_task, min_us * 1000.0, choice_only)
     except ValueError as e:
         raise TpuperfError(str(e)) from None
-    sys.stdout.write(report.render(result, fmt, summary))
+    with text_output(output) as out:
+        out.write(report.render(result, fmt, summary))
     if plot_path:
         from tpuperf_cli.eval import plot
 
@@ -182,7 +206,7 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
             plot.plot(plot_path, d, predictions, result)
         except OSError as e:
             raise TpuperfError(f"{plot_path}: {e.strerror or e}") from None
-        click.echo(f"eval: wrote {plot_path}", err=True)
+        note(f"eval: wrote {plot_path}")
 
 
 def _baseline(path, records):
@@ -200,11 +224,11 @@ def _baseline(path, records):
     return None
 
 
-def _run_model(path, records, batch_size):
+def _run_model(path, records, batch_size, note):
     """Predicted ns for each record from a model file, via the model library."""
     from tpuperf_cli.eval.predictors import model_predictions
 
     pred, model = model_predictions(path, records, batch_size)
-    click.echo(f"eval: {path}: model {model.name} ({model.task} task, "
-               f"{model.cfg.gnn}/{model.cfg.reduction})", err=True)
+    note(f"eval: {path}: model {model.name} ({model.task} task, "
+         f"{model.cfg.gnn}/{model.cfg.reduction})")
     return pred

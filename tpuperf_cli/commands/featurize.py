@@ -5,28 +5,28 @@ import time
 
 import click
 
+from tpuperf_cli.commands.options import CONTEXT, output_option, quiet_option, record_writer
 from tpuperf_cli.errors import TpuperfError
 
 
-@click.command("featurize", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("featurize", context_settings=CONTEXT)
 @click.argument("inputs", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default="-",
-              show_default=True,
-              help="Where to write graph records: a file (zstd if it ends in .zst) or - for "
-                   "stdout.")
+@output_option(help="Where to write graph records: a file (zstd if it ends in .zst) or - for "
+                    "stdout.")
 @click.option("--skip-bad", is_flag=True,
               help="Skip records that cannot be featurized (bad HLO inside, unknown shape, "
                    "no hlo field) instead of stopping; say on stderr how many were skipped "
                    "and why (the first few).")
-@click.option("-q", "--quiet", is_flag=True, help="No progress or summary on stderr.")
+@quiet_option()
 def cli(inputs, output, skip_bad, quiet):
     """Turn kernel records into graph records a performance model reads.
 
     Reads msgpack kernel records (from hlo-split or `tpuperf import`) from
     INPUTS or stdin (`-` or none; plain or zstd-compressed), parses each
     record's standalone HLO module ("hlo") and writes one graph record per
-    kernel record to stdout, in order: every input field kept, "type" set to
-    "graph", and five array fields added.
+    kernel record to stdout or -o FILE (never to a terminal), in order:
+    every input field kept, "type" set to "graph", and five array fields
+    added. HLO text itself goes to hlo-split first.
 
     The node, edge and config fields use the layout of the TpuGraphs dataset
     (google-research-datasets/tpu_graphs), so a model trained on its .npz
@@ -100,7 +100,7 @@ def cli(inputs, output, skip_bad, quiet):
       2  a record's HLO does not parse
     """
     from tpuperf_cli.features import featurize_kernel
-    from tpuperf_cli.stream import RecordWriter, read_records
+    from tpuperf_cli.stream import read_records
 
     err = sys.stderr
     progress = not quiet and err.isatty()
@@ -108,7 +108,7 @@ def cli(inputs, output, skip_bad, quiet):
     n_skipped = 0
     written = 0
     start = last = time.monotonic()
-    writer = RecordWriter(output)
+    writer = record_writer(output, "predict")
     try:
         for source in inputs or ["-"]:
             name = "<stdin>" if source == "-" else source

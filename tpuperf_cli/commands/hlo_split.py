@@ -5,6 +5,7 @@ import sys
 
 import click
 
+from tpuperf_cli.commands.options import CONTEXT, output_option, quiet_option, record_writer
 from tpuperf_cli.errors import TpuperfError
 
 
@@ -26,7 +27,24 @@ def _read_text(source):
         from tpuperf_cli.stream import zstd_decompress
 
         data = zstd_decompress(data, name)    # every frame; a cut one is an error
+    _not_hlo(data, name)
     return data.decode("utf-8", errors="replace"), name
+
+
+def _not_hlo(data, name):
+    """Refuse, with a pointer to the right tool, input that is plainly not
+    HLO text: a record stream (a msgpack map first), JSON, a zip."""
+    head = data.lstrip()[:1]
+    if data[:1] and (0x80 <= data[0] <= 0x8f or data[0] in (0xde, 0xdf)):
+        why = ("a msgpack record stream, not HLO text (records go to the next tool: "
+               "featurize reads kernel records, predict graph records)")
+    elif head in (b"{", b"["):
+        why = "JSON, not HLO text (tpuperf import tuning-json reads TPU tile-tuning JSON)"
+    elif data[:4] == b"PK\x03\x04":
+        why = "a zip (.npz) file, not HLO text (tpuperf import tpugraphs reads TpuGraphs .npz)"
+    else:
+        return
+    raise TpuperfError(f"{name}: this is {why}", exit_code=2)
 
 
 def _program_name(source, module):
@@ -46,7 +64,7 @@ def _ops(module, ins):
     return 1
 
 
-@click.command("hlo-split", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("hlo-split", context_settings=CONTEXT)
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--program", "-p", metavar="NAME",
               help="Program name for the records (default: the file name without "
@@ -54,16 +72,18 @@ def _ops(module, ins):
 @click.option("--summary", "-s", is_flag=True,
               help="Also print a table of the kernels (index, count, opcode, fusion kind, "
                    "ops, name) and totals to stderr.")
-@click.option("--quiet", "-q", is_flag=True,
-              help="Do not warn on stderr about unknown trip counts and conditional branches.")
-def cli(files, program, summary, quiet):
+@output_option(help="Where to write the kernel records: a file (zstd if it ends in .zst) or - "
+                    "for stdout.")
+@quiet_option(help="Do not warn on stderr about unknown trip counts and conditional branches.")
+def cli(files, program, summary, output, quiet):
     """Split optimized XLA HLO programs into kernels, one record each.
 
     Reads HLO text as XLA prints it (`jax.jit(f).lower(*args).compile().as_text()`
     on CPU, GPU or TPU, `--xla_dump_to` *after_optimizations* files, TPU
     kernel dumps with tiled layouts such as `{3,0,2,1:T(8,128)(2,1)}`),
     from FILES or stdin (`-` or no FILES; plain or zstd-compressed), and
-    writes one msgpack `kernel` record per kernel to stdout.
+    writes one msgpack `kernel` record per kernel to stdout or -o FILE
+    (never to a terminal: pipe it on, e.g. into featurize).
 
     A kernel is what the compiler runs as one unit: every instruction that
     does work (a fusion or an unfused op such as dot, convolution, copy,
@@ -104,7 +124,7 @@ def cli(files, program, summary, quiet):
       hlo-split --summary prog.hlo > kernels.msgpack
       python -c 'import jax, jax.numpy as jnp;
         print(jax.jit(jnp.sin).lower(jnp.ones(8)).compile().as_text())' | hlo-split -p sin
-      hlo-split dumps/*after_optimizations.txt | zstd > kernels.zst
+      hlo-split dumps/*after_optimizations.txt -o kernels.zst
 
     \b
     Exit status:
@@ -116,8 +136,6 @@ def cli(files, program, summary, quiet):
     """
     from tpuperf_cli.hlo.parser import parse_module
     from tpuperf_cli.hlo.split import kernel_records
-    from tpuperf_cli.stream import RecordWriter
-
     sources = list(files) or ["-"]
     if program and len(sources) > 1:
         raise click.UsageError("--program names one program: give it with one input only")
@@ -126,7 +144,7 @@ def cli(files, program, summary, quiet):
         if not quiet:
             print(f"hlo-split: warning: {msg}", file=sys.stderr)
 
-    writer = RecordWriter()
+    writer = record_writer(output, "featurize")
     try:
         for source in sources:
             text, name = _read_text(source)

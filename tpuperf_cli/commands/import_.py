@@ -4,20 +4,18 @@ import sys
 
 import click
 
-from tpuperf_cli.stream import RecordWriter
+from tpuperf_cli.commands.options import CONTEXT, output_option, quiet_option, record_writer
 
-_OUTPUT = click.option(
-    "-o", "--output", type=click.Path(dir_okay=False, writable=True), default="-",
-    show_default=True,
-    help="Where to write the records: a file (zstd-compressed if it ends in .zst) or - "
-         "for stdout.")
+_OUTPUT = output_option(help="Where to write the records: a file (zstd-compressed if it ends "
+                             "in .zst) or - for stdout.")
+_QUIET = quiet_option(help="No progress line on stderr.")
 
 
-def _write(records, output, what, files=None):
+def _write(records, output, what, files=None, quiet=False, pipe="featurize"):
     """Write records; on an error, those already written stay valid. On a
     terminal, a progress line on stderr (files done, records written)."""
-    tty = sys.stderr.isatty()
-    with RecordWriter(output) as out:
+    tty = sys.stderr.isatty() and not quiet
+    with record_writer(output, pipe) as out:
         for r in records:
             out.write(r)
             if tty and files and out.count % 1000 == 0:
@@ -27,7 +25,7 @@ def _write(records, output, what, files=None):
             print(f"\rimport {what}: wrote {out.count} records" + " " * 20, file=sys.stderr)
 
 
-@click.group("import", context_settings={"help_option_names": ["-h", "--help"]})
+@click.group("import", context_settings=CONTEXT)
 def cli():
     """Turn tile-size tuning data from elsewhere into tpuperf records.
 
@@ -39,6 +37,7 @@ def cli():
     `tpuperf select` and `tpuperf eval` can group them.
 
     \b
+    Examples:
       tpuperf import tuning-json tpu_tile_sample.json | featurize > tile.msgpack
       tpuperf import tpugraphs ~/data/tpugraphs/npz/tile/xla/train -o train.zst
 
@@ -58,7 +57,8 @@ def cli():
               help="The TPU the runtimes were measured on, e.g. 'TPU v4', written to "
                    "target.device_kind (default: unknown, null).")
 @_OUTPUT
-def tuning_json(files, program, device_kind, output):
+@_QUIET
+def tuning_json(files, program, device_kind, output, quiet):
     """Import real TPU tile-tuning data (JSON) as kernel records.
 
     Reads JSON files holding a list of kernels, each
@@ -81,6 +81,7 @@ def tuning_json(files, program, device_kind, output):
     select and eval take the records from there.
 
     \b
+    Examples:
       tpuperf import tuning-json data/tpu_tile_sample.json | featurize > tile.msgpack
       tpuperf import tuning-json --program resnet runs/*.json -o resnet.zst
     """
@@ -92,7 +93,7 @@ def tuning_json(files, program, device_kind, output):
             yield from tj.records(path, program=program, device_kind=device_kind,
                                   seen=seen if program else None)
 
-    _write(records(), output, "tuning-json")
+    _write(records(), output, "tuning-json", quiet=quiet)
 
 
 @cli.command("tpugraphs")
@@ -109,7 +110,8 @@ def tuning_json(files, program, device_kind, output):
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed for --max-configs.")
 @_OUTPUT
-def tpugraphs(paths, runtime, max_configs, seed, output):
+@_QUIET
+def tpugraphs(paths, runtime, max_configs, seed, output, quiet):
     """Import TpuGraphs tile-collection .npz files as graph records.
 
     Reads .npz files of the TpuGraphs tile collection
@@ -138,6 +140,7 @@ def tpugraphs(paths, runtime, max_configs, seed, output):
     Every file is checked whole before its records are written.
 
     \b
+    Examples:
       tpuperf import tpugraphs npz/tile/xla/train -o tile_train.zst
       tpuperf import tpugraphs --max-configs 64 npz/tile/xla/valid/*.npz > valid.msgpack
     """
@@ -150,4 +153,5 @@ def tpugraphs(paths, runtime, max_configs, seed, output):
         progress[0] = number
 
     _write(tg.import_files(files, runtime=runtime, max_configs=max_configs, seed=seed,
-                           on_file=on_file), output, "tpugraphs", progress)
+                           on_file=on_file), output, "tpugraphs", progress, quiet,
+           "predict --model tile.pt")

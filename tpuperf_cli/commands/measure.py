@@ -7,6 +7,8 @@ import time
 
 import click
 
+from tpuperf_cli.commands.options import (CONTEXT, output_option, quiet_option, record_writer,
+                                         refuse_terminal)
 from tpuperf_cli.errors import TpuperfError
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
@@ -81,7 +83,7 @@ def _cpus(ctx, param, value):
     return n
 
 
-@click.command("measure", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("measure", context_settings=CONTEXT)
 @click.argument("inputs", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("--backend", type=click.Choice(["auto", "cpu", "gpu", "tpu"]), default="auto",
               show_default=True,
@@ -114,14 +116,16 @@ def _cpus(ctx, param, value):
 @click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
               metavar="SECONDS",
               help="Give up on a kernel (error kind timeout) after this long.")
-@click.option("-q", "--quiet", is_flag=True, help="No summary on stderr.")
+@output_option(help="Where to write the measured records: a file (zstd if it ends in .zst) or "
+                    "- for stdout.")
+@quiet_option(help="No summary on stderr.")
 def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_errors, progress,
-        cpus, clock, timeout, quiet):
+        cpus, clock, timeout, output, quiet):
     """Time kernels on a real device through XLA and add their runtimes.
 
     Reads kernel records (hlo-split) or graph records (featurize) from the
     files given, plain or zstd, or from stdin, and writes the same records to
-    stdout with four fields added:
+    stdout or -o FILE (never to a terminal) with four fields added:
 
     \b
       runtime_ns  the kernel's runtime in nanoseconds: the median of its
@@ -208,7 +212,7 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
     \b
     Examples:
       hlo-split prog.hlo | featurize | measure --backend cpu > prog.msgpack
-      hlo-split prog.hlo | featurize | measure | zstd > prog.zst
+      hlo-split prog.hlo | featurize | measure -o prog.zst
       measure --backend tpu --samples 9 kernels.zst > timed.msgpack
       measure --no-cache --samples 15 --min-time 5ms kernels.msgpack
       measure --cpus all --clock wall kernels.zst > timed.msgpack
@@ -227,9 +231,10 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
     from tpuperf_cli.measure.cache import Cache
     from tpuperf_cli.measure.device import MeasureError
     from tpuperf_cli.measure.worker import IsolatedMeasurer
-    from tpuperf_cli.stream import RecordWriter, read_records
+    from tpuperf_cli.stream import read_records
 
     prog = click.get_current_context().info_name or "measure"
+    refuse_terminal(output, "predict")
     seconds = parse_duration(min_time)
     try:
         measurer = IsolatedMeasurer(backend, samples=samples, min_time=seconds, timeout=timeout,
@@ -260,7 +265,12 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
         records, bad_input = _read_all(records)
         total = len(records)
     bar = _Progress(total, show and total is not None, prog)
-    writer = RecordWriter(sys.stdout.buffer)
+    try:
+        writer = record_writer(output, "predict")
+    except TpuperfError:
+        measurer.close()
+        raise
+    to_stdout = output == "-"
     try:
         for chunk in _chunks(records, batch, session.check):
             session.update_many(chunk)
@@ -269,7 +279,8 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
                 old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
                 try:
                     writer.write(record)
-                    writer.flush()
+                    if to_stdout:  # the reader downstream sees each record at once
+                        writer.flush()
                 finally:
                     signal.pthread_sigmask(signal.SIG_SETMASK, old)
                 bar.step(str(record.get("kernel", "")))
@@ -279,7 +290,7 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
         bar.close()
         measurer.close()
         try:
-            writer.flush()
+            writer.close()
         except BrokenPipeError:
             pass
         if cache is not None:

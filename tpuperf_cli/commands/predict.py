@@ -5,22 +5,25 @@ import sys
 
 import click
 
+from tpuperf_cli.commands.options import (CONTEXT, AliasOption, model_option, output_option,
+                                         quiet_option, record_writer, refuse_terminal)
 
-@click.command("predict", context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.command("predict", context_settings=CONTEXT)
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
-@click.option("--model", "-m", "model_path", type=click.Path(dir_okay=False),
-              help="Model file from `tpuperf train` (default: the bundled model).")
-@click.option("--batch-size", "-b", type=click.IntRange(1), default=512, show_default=True,
-              help="Graphs predicted together.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True), default="-",
-              help="Write records here (.zst: compressed) instead of stdout.")
+@model_option(help="Model file from `tpuperf train` (default, or `default`: the bundled model).")
+@click.option("--batch-size", cls=AliasOption, hidden_aliases=["-b"], type=click.IntRange(1),
+              default=512, show_default=True, help="Graphs predicted together.")
+@output_option(help="Write records here (.zst: compressed) instead of stdout.")
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
 @click.option("--threads", type=click.IntRange(0), default=0,
               help="Torch threads (default: min(2, cores) or $TPUPERF_THREADS).")
 @click.option("--show-model", is_flag=True,
               help="Print what the model file holds (name, task, target, hyperparameters, "
                    "training data and figures) as JSON and exit.")
-def cli(files, model_path, batch_size, output, device, threads, show_model):
+@quiet_option(help="No warning on stderr when the records' measurement target differs from "
+                   "the model's.")
+def cli(files, model, batch_size, output, device, threads, show_model, quiet):
     """Predict each kernel's runtime with a trained model.
 
     Reads graph records (from featurize) from the files given (plain or
@@ -61,16 +64,19 @@ def cli(files, model_path, batch_size, output, device, threads, show_model):
 
     set_threads(threads or None)
     from tpuperf_cli.model.predict import load_model, predict_records
-    from tpuperf_cli.stream import RecordWriter, read_many
+    from tpuperf_cli.stream import read_many
 
-    model = load_model(model_path, device=device)
+    if not show_model:
+        refuse_terminal(output, "score")
+    model = load_model(model, device=device)
     if show_model:
         json.dump(model.describe(), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
         return
     records = read_many(list(files))
-    with RecordWriter(output) as out:
-        for record in predict_records(records, model, batch_size, name=_name(files)):
+    warn = (lambda msg: None) if quiet else None
+    with record_writer(output, "score") as out:
+        for record in predict_records(records, model, batch_size, name=_name(files), warn=warn):
             out.write(record)
 
 

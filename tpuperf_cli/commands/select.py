@@ -2,27 +2,28 @@
 
 import click
 
-from tpuperf_cli.stream import RecordWriter, read_many
+from tpuperf_cli.commands.options import (CONTEXT, model_option, output_option, quiet_option,
+                                         record_writer, refuse_terminal)
+from tpuperf_cli.stream import read_many
 
 
-@click.command("select", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("select", context_settings=CONTEXT)
 @click.argument("inputs", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
 @click.option("-k", "--top", "k", type=click.IntRange(min=1), default=5, show_default=True,
               help="How many configurations to keep per kernel.")
-@click.option("--model", type=click.Path(exists=True, dir_okay=False),
-              help="Predict with this model file first (as `predict --model`); without it "
-                   "every record must already carry pred_ns.")
+@model_option(help="Predict with this model file first (as `predict --model`; `default` is "
+                   "the bundled model); without it every record must already carry pred_ns.")
 @click.option("--by", "field", default="pred_ns", show_default=True, metavar="FIELD",
               help="The numeric field to rank by, smaller = faster (e.g. runtime_ns to list "
                    "the measured best).")
 @click.option("--slim", is_flag=True,
               help="Drop the graph arrays (node_feat, node_opcode, edge_index) from the "
                    "records written.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default="-",
-              show_default=True,
-              help="Where to write the short lists: a file (zstd if it ends in .zst) or - "
-                   "for stdout.")
-def cli(inputs, k, model, field, slim, output):
+@output_option(help="Where to write the short lists: a file (zstd if it ends in .zst) or - "
+                    "for stdout.")
+@quiet_option(help="No warning on stderr when the records' measurement target differs from "
+                   "the --model's.")
+def cli(inputs, k, model, field, slim, output, quiet):
     """Keep, per kernel, the K tile configurations the model ranks fastest.
 
     The autotuner's short list: instead of timing every tile configuration of
@@ -40,6 +41,7 @@ def cli(inputs, k, model, field, slim, output):
     per kernel are held in memory, and output starts when input ends.
 
     \b
+    Examples:
       tpuperf import tuning-json tile.json | featurize | predict --model tile.pt \\
           | tpuperf select --top 5 --slim > shortlist.msgpack
       tpuperf select --top 10 --model tile.pt candidates.zst -o shortlist.zst
@@ -50,12 +52,13 @@ def cli(inputs, k, model, field, slim, output):
     """
     from tpuperf_cli.tile import select as sel
 
+    refuse_terminal(output, "tpuperf eval --predicted")
     records = read_many(inputs)
     name = inputs[0] if len(inputs) == 1 else ("input" if inputs else "<stdin>")
     if model:
         from tpuperf_cli.tile.select import predict_records
 
-        records = predict_records(records, model, name=name)
-    with RecordWriter(output) as out:
+        records = predict_records(records, model, name=name, quiet=quiet)
+    with record_writer(output, "tpuperf eval --predicted") as out:
         for record in sel.top_k(records, k, field=field, name=name):
             out.write(sel.slim(record) if slim else record)

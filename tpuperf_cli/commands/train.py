@@ -2,22 +2,23 @@
 
 import click
 
+from tpuperf_cli.commands.options import CONTEXT, AliasOption, output_option, quiet_option
 from tpuperf_cli.errors import TpuperfError
 
 
-@click.command("train", context_settings={"help_option_names": ["-h", "--help"],
-                                          "max_content_width": 100})
+@click.command("train", context_settings={**CONTEXT, "max_content_width": 100})
 @click.argument("files", nargs=-1)
 @click.option("--data", "-d", multiple=True, metavar="SHARD",
               help="Training shard(s): files or quoted glob patterns (plain or .zst); repeatable.")
-@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False),
-              help="Model file to write (written atomically after every better epoch).")
-@click.option("--valid", "-v", multiple=True, metavar="SHARD",
+@output_option(required=True, hidden_aliases=["--out"],
+               help="Model file to write (written atomically after every better epoch).")
+@click.option("--valid", cls=AliasOption, hidden_aliases=["-v"], multiple=True, metavar="SHARD",
               help="Validation shard(s) for early stopping, all their records (with --split "
                    "too); repeatable, globs allowed.")
-@click.option("--split", type=click.Path(dir_okay=False),
+@click.option("--split", type=click.Path(dir_okay=False), metavar="FILE",
               help='JSON {"train": [...], "valid": [...], "test": [...]} of program names '
-                   "(examples/splits/*.json): train on the 'train' programs of --data and "
+                   "(`tpuperf split programs`, examples/splits/*.json): train on the 'train' "
+                   "programs of --data and "
                    "validate on its 'valid' programs of --data (unless --valid is given).")
 @click.option("--task", type=click.Choice(["fusion", "tile"]), default="fusion", show_default=True,
               help="fusion: predict each kernel's runtime; tile: rank the configurations of each "
@@ -83,20 +84,21 @@ from tpuperf_cli.errors import TpuperfError
               help="LSTM / Transformer layers in the reduction.")
 @click.option("--dropout", type=click.FloatRange(0, 1), default=0.0, show_default=True, help="Dropout rate.")
 @click.option("--resume", is_flag=True,
-              help="Continue a run from OUT.resume, with its options, hyperparameters and data "
+              help="Continue a run from FILE.resume, with its options, hyperparameters and data "
                    "order. Of the options given with it, --epochs, --patience, --max-time, "
                    "--memory-mb, --threads and --device take their new value (a larger --epochs "
                    "trains on: the learning rate decays from where it was to a tenth of --lr "
                    "over the added epochs); any other that differs from the run's is refused.")
 @click.option("--keep-state", is_flag=True,
-              help="Keep OUT.resume after a normal end, to train more later with --resume "
+              help="Keep FILE.resume after a normal end, to train more later with --resume "
                    "--epochs N.")
-@click.option("--name", help="Model name stem recorded in predictions (default: OUT's file name).")
-def cli(files, data, out, valid, split, task, loss, epochs, batch_size, lr, weight_decay, margin,
+@click.option("--name", help="Model name stem recorded in predictions (default: FILE's file name).")
+@quiet_option(help="No progress lines or summary on stderr (warnings still go there).")
+def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, weight_decay, margin,
         patience, monitor, min_us, even, configs, memory_mb, seed, device, threads, max_time,
         ema, gnn, layers, hidden, opcode_dim, neighbors, aggregate, directed, normalize, kernel_head,
         reduction,
-        heads, seq_layers, dropout, resume, keep_state, name):
+        heads, seq_layers, dropout, resume, keep_state, name, quiet):
     """Train a performance model (a graph neural network) on measured kernels.
 
     Reads graph records with runtime_ns (featurize, then measure: node_opcode,
@@ -132,10 +134,10 @@ def cli(files, data, out, valid, split, task, loss, epochs, batch_size, lr, weig
     validation data (--valid or --split), the validation loss, the median
     per-program MAPE and Kendall's tau on kernels >= --min-us (tile:
     Tile-Size APE and mean per-kernel tau). The best model so far is
-    written to OUT atomically (a crash never leaves half a file); training
+    written to FILE atomically (a crash never leaves half a file); training
     stops early after --patience epochs without improvement. When it
-    ends, OUT is rewritten once to record the epochs run, the total time
-    and why it stopped (its weights stay the best epoch's). OUT.resume
+    ends, FILE is rewritten once to record the epochs run, the total time
+    and why it stopped (its weights stay the best epoch's). FILE.resume
     holds the loop's state after each epoch; --resume continues from it
     with the same result as an uninterrupted run (unless --epochs or
     another option that may change is given anew: see --resume).
@@ -148,22 +150,22 @@ def cli(files, data, out, valid, split, task, loss, epochs, batch_size, lr, weig
     data (platform, device kind, chip); and how it was trained (data,
     split, epochs run, the best epoch (whose weights these are) and its
     validation figures, total time, why training stopped). `predict
-    --model OUT --show-model` prints it.
+    --model FILE --show-model` prints it.
 
     \b
     Examples:
-      tpuperf train --data 'shards/*.zst' --out model.pt
+      tpuperf train --data 'shards/*.zst' -o model.pt
       tpuperf train --data 'examples/corpus/graphs/*.zst' \\
-          --split examples/splits/random.json --out cpu.pt
-      tpuperf train --task tile --data tile/*.zst --valid tile-valid/*.zst --out tile.pt
-      tpuperf train --data 'shards/*.zst' --out model.pt --resume
-      tpuperf train --data 'shards/*.zst' --out model.pt --resume --keep-state --epochs 200
-      tpuperf train --data 'tpu/*.zst' --out tpu.pt --device cuda --gnn gat
+          --split examples/splits/random.json -o cpu.pt
+      tpuperf train --task tile --data tile/*.zst --valid tile-valid/*.zst -o tile.pt
+      tpuperf train --data 'shards/*.zst' -o model.pt --resume
+      tpuperf train --data 'shards/*.zst' -o model.pt --resume --keep-state --epochs 200
+      tpuperf train --data 'tpu/*.zst' -o tpu.pt --device cuda --gnn gat
 
     To model your own hardware (a TPU, a GPU, another CPU), measure a
     corpus on it and train on that, e.g. per program P:
     `hlo-split P.hlo | featurize | measure --backend tpu | zstd > tpu/P.zst`,
-    then `tpuperf train --data 'tpu/*.zst' --split split.json --out tpu.pt`
+    then `tpuperf train --data 'tpu/*.zst' --split split.json -o tpu.pt`
     and `predict --model tpu.pt`. examples/train_default_model.sh shows how
     the bundled (XLA:CPU) model was made.
 
@@ -192,8 +194,14 @@ def cli(files, data, out, valid, split, task, loss, epochs, batch_size, lr, weig
                         monitor=monitor or "", min_runtime_ns=min_us * 1000.0, even=even,
                         configs=configs, memory_mb=memory_mb, seed=seed, device=device,
                         threads=threads, max_time=max_time, ema=ema)
-    train(shards, out, net=net, opts=opts, valid=list(valid), split=split, resume=resume,
-          keep_state=keep_state, name=name, given=_given())
+    quiet_progress = {"progress": _warnings_only} if quiet else {}
+    train(shards, output, net=net, opts=opts, valid=list(valid), split=split, resume=resume,
+          keep_state=keep_state, name=name, given=_given(), **quiet_progress)
+
+
+def _warnings_only(line):
+    if "warning" in line:
+        click.echo(line, err=True)
 
 
 def _given():

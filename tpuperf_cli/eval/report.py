@@ -8,7 +8,9 @@ turns that dict into an aligned text table or markdown.
 Fusion task (each record a kernel; Table 2 of Kaufman et al.): one row per
 program with, per predictor, MAPE and Kendall's tau-b of kernel runtimes,
 once on kernels whose measured runtime is at least the threshold (5 us by
-default) and once on all kernels; then median and mean rows over programs.
+default) and once on all kernels, and the whole-program error (the error of
+the sum of all its kernels' predictions x count, what `score` prints); then
+median and mean rows over programs.
 
 Tile task (several records per (program, kernel), differing in config): one
 row per program with, per predictor, Tile-Size APE, mean per-kernel tau and
@@ -29,7 +31,7 @@ TILE_FIELDS = ("tile_ape", "tau", "top1", "top5", "top10")
 CHOICE_FIELDS = ("tile_ape", "top1")
 
 FIELD_TITLES = {
-    "mape": "MAPE%", "tau": "tau", "tile_ape": "TileAPE%",
+    "mape": "MAPE%", "tau": "tau", "program_error": "prog%", "tile_ape": "TileAPE%",
     "top1": "top1%", "top5": "top5%", "top10": "top10%", "n": "n",
 }
 
@@ -40,12 +42,14 @@ class EvalData:
     """The measured records reduced to arrays, in record order.
 
     program, kernel: str arrays; runtime: float ns; is_default: bool array
-    (all False when the records carry none); grouped: True when some
+    (all False when the records carry none); count: times each kernel runs
+    per program run (1 where the record has none); grouped: True when some
     (program, kernel) has several records (tile data).
     """
 
     def __init__(self, records):
         self.program, self.kernel, self.runtime, self.is_default = [], [], [], []
+        self.count = []
         self.has_config = False
         self.skipped = 0
         self.records = []
@@ -59,9 +63,13 @@ class EvalData:
             self.kernel.append(str(r.get("kernel", r.get("fingerprint", len(self.kernel)))))
             self.runtime.append(float(rt))
             self.is_default.append(bool(r.get("is_default", False)))
+            c = r.get("count", 1)
+            self.count.append(float(c) if isinstance(c, (int, float)) and not isinstance(c, bool)
+                              and c >= 0 else 1.0)
             self.has_config = self.has_config or bool(r.get("config"))
         self.runtime = np.asarray(self.runtime, dtype=np.float64)
         self.is_default = np.asarray(self.is_default, dtype=bool)
+        self.count = np.asarray(self.count, dtype=np.float64)
         keys = list(zip(self.program, self.kernel))
         self.grouped = len(set(keys)) < len(keys)
 
@@ -119,14 +127,17 @@ def _fusion(data, predictions, threshold_ns):
     rows = []
     for program, idx in groups.items():
         true = data.runtime[idx]
+        count = data.count[idx]
         row = {"program": program, "kernels": int(idx.size),
-               "kernels_ge": int((true >= threshold_ns).sum()), "ge": {}, "all": {}}
+               "kernels_ge": int((true >= threshold_ns).sum()),
+               "runtime_ns": float((true * count).sum()), "ge": {}, "all": {}, "program_error": {}}
         for label, pred in predictions.items():
             p = np.asarray(pred, dtype=np.float64)[idx]
             ge = m.fusion_metrics(p, true, threshold_ns)
             al = m.fusion_metrics(p, true, 0.0)
             row["ge"][label] = {"mape": ge["mape"], "tau": ge["tau"]}
             row["all"][label] = {"mape": al["mape"], "tau": al["tau"]}
+            row["program_error"][label] = m.program_error(p, true, count)
         rows.append(row)
     summary = {}
     for which in ("ge", "all"):
@@ -134,6 +145,10 @@ def _fusion(data, predictions, threshold_ns):
         for label in predictions:
             med, avg = m.summarize([r[which][label] for r in rows], FUSION_FIELDS)
             summary[which][label] = {"median": med, "mean": avg}
+    summary["program_error"] = {
+        label: {"median": m.nanmedian([r["program_error"][label] for r in rows]),
+                "mean": m.nanmean([r["program_error"][label] for r in rows])}
+        for label in predictions}
     return {"threshold_ns": float(threshold_ns), "programs": rows, "summary": summary}
 
 
@@ -195,17 +210,28 @@ def tables(result):
     if result["task"] == "fusion":
         thr = result["threshold_ns"]
         for which, title, ncol in (
-                ("ge", f"fusion task: kernels >= {thr / 1000:g} us", "kernels_ge"),
+                ("ge", f"fusion task: kernels >= {thr / 1000:g} us; prog%: error of the "
+                       f"whole-program sum (all kernels x count)", "kernels_ge"),
                 ("all", "fusion task: all kernels", "kernels")):
+            whole = which == "ge"   # the program error once, in the first table
+            fields = FUSION_FIELDS + (("program_error",) if whole else ())
             header = ["program", "kernels"] + [f"{lab} {FIELD_TITLES[f]}"
-                                               for lab in labels for f in FUSION_FIELDS]
+                                               for lab in labels for f in fields]
+
+            def cell(r, lab, f):
+                return _fmt(r["program_error"][lab] if f == "program_error" else r[which][lab][f], f)
+
+            def stat_cell(stat, lab, f):
+                summ = result["summary"]
+                return _fmt(summ["program_error"][lab][stat] if f == "program_error"
+                            else summ[which][lab][stat][f], f)
+
             rows = []
             for r in result["programs"]:
                 rows.append([r["program"], str(r[ncol])] +
-                            [_fmt(r[which][lab][f], f) for lab in labels for f in FUSION_FIELDS])
+                            [cell(r, lab, f) for lab in labels for f in fields])
             for stat in ("median", "mean"):
-                rows.append([stat, ""] + [_fmt(result["summary"][which][lab][stat][f], f)
-                                          for lab in labels for f in FUSION_FIELDS])
+                rows.append([stat, ""] + [stat_cell(stat, lab, f) for lab in labels for f in fields])
             out.append((title, header, rows))
     else:
         choice = set(result.get("choice_only", ()))
@@ -232,10 +258,13 @@ def summary_table(result):
         thr = f"{result['threshold_ns'] / 1000:g}us"
         cols = [(w, st, f) for w in ("ge", "all") for st in ("median", "mean") for f in FUSION_FIELDS]
         header = ["predictor"] + [f"{st} {FIELD_TITLES[f]} {'>=' + thr if w == 'ge' else 'all'}"
-                                  for w, st, f in cols]
-        rows = [[lab] + [_fmt(result["summary"][w][lab][st][f], f) for w, st, f in cols]
+                                  for w, st, f in cols] + ["median prog%", "mean prog%"]
+        summ = result["summary"]
+        rows = [[lab] + [_fmt(summ[w][lab][st][f], f) for w, st, f in cols]
+                + [_fmt(summ["program_error"][lab][st], "program_error") for st in ("median", "mean")]
                 for lab in labels]
-        return ("fusion task: median and mean over programs", header, rows)
+        return ("fusion task: median and mean over programs (prog%: whole-program error)",
+                header, rows)
     cols = [(st, f) for st in ("mean", "pooled") for f in TILE_FIELDS]
     header = ["predictor"] + [f"{'all' if st == 'pooled' else st} {FIELD_TITLES[f]}"
                               for st, f in cols]

@@ -69,9 +69,11 @@ def slim(record):
     return record
 
 
-def predict_records(records, model_path, name="input"):
+def predict_records(records, model_path, name="input", quiet=False):
     """The records with pred_ns and model added by the model in model_path
-    (the model library's predict_records: batches, input order kept)."""
+    (the model library's predict_records: batches, input order kept).
+    quiet: no warning about a measurement target other than the model's."""
     from tpuperf_cli.model.predict import predict_records as model_predict
 
-    return model_predict(records, model_path, name=name)
+    return model_predict(records, model_path, name=name,
+                         warn=(lambda msg: None) if quiet else None)

@@ -1,0 +1,226 @@
+"""Train/valid/test splits: of programs into a split file, and of tile records.
+
+A split file is JSON {"train": [...], "valid": [...], "test": [...]} of
+program names; `tpuperf train --split`, `tpuperf baseline fit --split` and
+`tpuperf eval --split` read it. Programs are split whole (random with a
+seed, by name pattern, or by family: a regular expression maps each program
+name to a family and whole families go to one side, so a test family is
+absent from training).
+
+Tile records (many configurations per kernel) are split either by
+configuration (every kernel in every set, its configurations divided) or by
+kernel (whole kernels to one set).
+
+    names = programs_in(paths)
+    split = split_units(names, valid=0.1, test=0.1, seed=0, family=r"^[a-z]+")
+    for which, record in split_records(sources, by="config", test=0.5): ...
+"""
+
+import fnmatch
+import glob
+import json
+import os
+import re
+
+import numpy as np
+
+from tpuperf_cli.errors import TpuperfError
+
+SETS = ("train", "valid", "test")
+
+
+# ---------------------------------------------------------------- split files
+
+def load_split(path):
+    """The three program lists of a split file (absent lists are empty)."""
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except OSError as e:
+        raise TpuperfError(f"--split {path}: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise TpuperfError(f"--split {path}: not JSON ({e})") from None
+    if not isinstance(d, dict) or not all(isinstance(d.get(k, []), list) for k in SETS):
+        raise TpuperfError(f'--split {path}: expected {{"train": [programs], "valid": [...], '
+                           f'"test": [...]}} (tpuperf split programs writes one)')
+    return {k: [str(p) for p in d.get(k) or []] for k in SETS}
+
+
+def split_programs(path, which):
+    """The set of program names of one list of a split file."""
+    names = set(load_split(path)[which])
+    if not names:
+        raise TpuperfError(f"--split {path}: its {which!r} list is empty")
+    return names
+
+
+def records_of(records, programs):
+    """The records whose program is one of `programs`."""
+    for r in records:
+        if str(r.get("program", "")) in programs:
+            yield r
+
+
+def expand(patterns, what="input"):
+    """Files of paths and quoted glob patterns, in order, each once."""
+    out = []
+    for p in patterns:
+        hits = sorted(glob.glob(p)) if glob.has_magic(p) else [p]
+        if not hits:
+            raise TpuperfError(f"{what} {p!r}: no file matches")
+        for h in hits:
+            if not os.path.isfile(h):
+                raise TpuperfError(f"{h}: No such file")
+            if h not in out:
+                out.append(h)
+    return out
+
+
+def programs_in(paths):
+    """Program names of the records in shards, in first-seen order."""
+    from tpuperf_cli.stream import read_records
+
+    seen = {}
+    for path in paths:
+        for r in read_records(path):
+            seen.setdefault(str(r.get("program", "")), None)
+    return list(seen)
+
+
+def family_of(name, pattern):
+    """The family a program belongs to: the pattern's first group where it
+    has one, else its whole match; a name it does not match is its own
+    family."""
+    m = pattern.search(name)
+    if m is None:
+        return name
+    return m.group(1) if pattern.groups else m.group(0)
+
+
+def _counts(n, valid, test):
+    """How many of n units go to valid and test (rounded, train keeps one
+    where n > 1)."""
+    n_test = int(round(n * test))
+    n_valid = int(round(n * valid))
+    while n > 1 and n_test + n_valid > n - 1:
+        if n_valid >= n_test and n_valid > 0:
+            n_valid -= 1
+        else:
+            n_test -= 1
+    return n_valid, n_test
+
+
+def split_units(names, valid=0.1, test=0.1, seed=0, family=None, test_names=(), valid_names=()):
+    """{"train", "valid", "test": sorted program names}.
+
+    Programs matching a glob of test_names (valid_names) go to test (valid);
+    the rest are grouped into families (family: a regular expression, or
+    None for one program per family) and whole families are drawn at random
+    (numpy seed `seed`) for the valid and test fractions of all families,
+    for each set not given by name; the others train.
+    """
+    pattern = None
+    if family:
+        try:
+            pattern = re.compile(family)
+        except re.error as e:
+            raise TpuperfError(f"--family {family!r}: not a regular expression ({e})",
+                               exit_code=2) from None
+    fixed = {}
+    for which, globs in (("test", test_names), ("valid", valid_names)):
+        for g in globs:
+            hits = [n for n in names if fnmatch.fnmatchcase(n, g)]
+            if not hits:
+                raise TpuperfError(f"--{which} {g!r} matches no program "
+                                   f"(programs: {', '.join(names[:8])}"
+                                   f"{', ...' if len(names) > 8 else ''})")
+            for n in hits:
+                if fixed.get(n, which) != which:
+                    raise TpuperfError(f"program {n!r} matches both --test and --valid")
+                fixed[n] = which
+    families = {}
+    for n in names:
+        families.setdefault(family_of(n, pattern) if pattern else n, []).append(n)
+    units = [f for f, members in families.items() if not any(m in fixed for m in members)]
+    n_valid, n_test = _counts(len(families), 0 if valid_names else valid, 0 if test_names else test)
+    n_test = min(n_test, len(units))
+    n_valid = min(n_valid, len(units) - n_test)
+    order = np.random.default_rng(seed).permutation(len(units))
+    drawn = {}
+    for rank, i in enumerate(order):
+        drawn[units[i]] = ("test" if rank < n_test else
+                           "valid" if rank < n_test + n_valid else "train")
+    out = {k: [] for k in SETS}
+    for f, members in families.items():
+        for n in members:
+            out[fixed.get(n) or drawn.get(f, "train")].append(n)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+# ---------------------------------------------------------------- tile records
+
+def _key(r):
+    return (str(r.get("program", "")), str(r.get("kernel", r.get("fingerprint", ""))))
+
+
+def assign_records(keys, defaults, by="config", valid=0.0, test=0.5, seed=0):
+    """Which set each record goes to, as a list of "train"/"valid"/"test".
+
+    keys: (program, kernel) per record; defaults: is_default per record.
+    by="config": per kernel, its configurations are shuffled (numpy seed
+    `seed`) and the valid and test fractions drawn from them; a
+    configuration marked is_default (XLA's own choice) goes to test when
+    test > 0, so XLA's pick can be compared there. by="kernel": whole
+    kernels are drawn.
+    """
+    if by not in ("config", "kernel"):
+        raise ValueError(f"unknown split {by!r}")
+    rng = np.random.default_rng(seed)
+    groups = {}
+    for i, k in enumerate(keys):
+        groups.setdefault(k, []).append(i)
+    out = ["train"] * len(keys)
+    if by == "kernel":
+        names = list(groups)
+        n_valid, n_test = _counts(len(names), valid, test)
+        for rank, j in enumerate(rng.permutation(len(names))):
+            which = "test" if rank < n_test else "valid" if rank < n_test + n_valid else "train"
+            for i in groups[names[j]]:
+                out[i] = which
+        return out
+    for idx in groups.values():
+        free = [i for i in idx if not (test > 0 and defaults[i])]
+        for i in idx:
+            if i not in free:
+                out[i] = "test"
+        n_valid, n_test = _counts(len(idx), valid, test)
+        n_test = max(0, n_test - (len(idx) - len(free)))
+        for rank, j in enumerate(rng.permutation(len(free))):
+            if rank < n_test:
+                out[free[j]] = "test"
+            elif rank < n_test + n_valid:
+                out[free[j]] = "valid"
+    return out
+
+
+def split_records(sources, by="config", valid=0.0, test=0.5, seed=0):
+    """Yield (set name, record) for the records of sources (paths, or "-"
+    for stdin), in input order. Files are read twice (keys first, then the
+    records), so memory stays small; stdin is held in memory."""
+    from tpuperf_cli.stream import read_many
+
+    sources = list(sources) or ["-"]
+    if "-" in sources:
+        records = list(read_many(sources))
+        stream = lambda: iter(records)  # noqa: E731
+    else:
+        stream = lambda: read_many(sources)  # noqa: E731
+    keys, defaults = [], []
+    for r in stream():
+        keys.append(_key(r))
+        defaults.append(bool(r.get("is_default")))
+    if not keys:
+        raise TpuperfError(f"{', '.join(sources)}: no records")
+    where = assign_records(keys, defaults, by, valid, test, seed)
+    for which, r in zip(where, stream()):
+        yield which, r
