@@ -1,41 +1,60 @@
 #!/usr/bin/env python3
-"""How far to trust one `measure` runtime on this machine.
+"""How far two independent `measure` runs agree on this machine.
 
-Takes a sample of real kernels (hlo-split of the example programs, or a
-kernel/graph stream given with --input), and measures each of them
---repeats times from scratch (compile, inputs, warm-up, min of --runs runs of
-at least --min-time each), exactly as `measure` does without its cache. For
-each kernel the relative spread of those repeated min-of-N runtimes is
+Draws a fixed sample of corpus kernels (examples/corpus/kernels), stratified
+by kind (dots, convolutions, loop, input and output fusions, reductions,
+reduce-windows, iotas, copies and transposes, the rest) and by size (the
+corpus's runtime: under 10 us, 10-100 us, 100 us-1 ms, over 1 ms), and
+measures all of them twice with the `measure` tool itself, on its default
+settings and without its cache: two separate processes, the second in the
+reverse order. For each kernel the pairwise error is
 
-    spread = (max - min) / median
+    |a - b| / min(a, b)        (max/min - 1)
 
-and the benchmark prints the median and the 90th percentile of the spread
-over kernels, by runtime class, next to the same figures for single runs
-(the first run of each repeat, no minimum): the reference that shows what
-the minimum buys. It also prints the per-call floor: the runtime of a
-trivial kernel (one f32 negate), i.e. dispatch overhead.
+and the benchmark prints its median, 90th percentile and maximum ratio
+overall, by size band (from the first run's runtime) and by kind, beside the
+median of the `noise` field that measure wrote (its own estimate of one
+sample's spread), and the seconds per kernel of each run.
+
+The goal (the measurement issue): median at most 3%, 90th percentile at most
+10%, no kernel over 1.5x apart, kernels of 10 us or more at most 2% median.
 
     .venv/bin/python benchmarks/bench_measure_noise.py
-    .venv/bin/python benchmarks/bench_measure_noise.py --sample 60 --repeats 5 --min-time 3ms
+    .venv/bin/python benchmarks/bench_measure_noise.py --per-kind 40 -- --samples 9
+    .venv/bin/python benchmarks/bench_measure_noise.py --json noise.json
+
+Arguments after `--` go to measure (e.g. --min-time 5ms, --cpus all).
 """
 
 import argparse
+import io
+import json
+import os
 import random
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-TRIVIAL = """HloModule trivial
+BANDS = [("< 10 us", 0, 1e4), ("10-100 us", 1e4, 1e5), ("100 us-1 ms", 1e5, 1e6),
+         (">= 1 ms", 1e6, float("inf"))]
 
-ENTRY %main (p: f32[]) -> f32[] {
-  %p = f32[] parameter(0)
-  ROOT %n = f32[] negate(%p)
-}
-"""
+
+def kind_of(r):
+    op = r.get("opcode")
+    if op == "fusion":
+        return {"kLoop": "loop fusion", "kInput": "input fusion",
+                "kOutput": "output fusion"}.get(r.get("fusion_kind"), "other fusion")
+    if op in ("dot", "convolution", "reduce", "reduce-window", "iota"):
+        return op
+    if op in ("copy", "transpose"):
+        return "copy/transpose"
+    return "other"
 
 
 def percentile(xs, q):
@@ -47,104 +66,128 @@ def percentile(xs, q):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def spread(xs):
-    med = percentile(xs, 0.5)
-    return (max(xs) - min(xs)) / med if med > 0 else float("nan")
+def band_of(ns):
+    return next(label for label, lo, hi in BANDS if lo <= ns < hi)
 
 
-def load_kernels(args):
+def sample_kernels(per_kind, seed):
+    """Distinct corpus kernels: up to per_kind of each kind, spread evenly
+    over the size bands (by the corpus's runtime)."""
     from tpuperf_cli.stream import read_records
 
-    if args.input:
-        records = list(read_records(args.input))
-    else:
-        files = sorted((ROOT / "examples" / "hlo").glob("*.hlo"))
-        if not files:
-            sys.exit("bench_measure_noise: no examples/hlo/*.hlo; give --input")
-        out = subprocess.run([sys.executable, "-m", "tpuperf_cli", "hlo-split", *map(str, files)],
-                             capture_output=True, check=True).stdout
-        import io
+    seen, strata = set(), {}
+    for shard in sorted((ROOT / "examples" / "corpus" / "kernels").glob("*.zst")):
+        for r in read_records(str(shard)):
+            if "runtime_ns" not in r or r["fingerprint"] in seen:
+                continue
+            seen.add(r["fingerprint"])
+            strata.setdefault(kind_of(r), {}).setdefault(band_of(r["runtime_ns"]), []).append(r)
+    rng = random.Random(seed)
+    picked = []
+    for kind in sorted(strata):
+        bands = [sorted(b, key=lambda r: r["fingerprint"]) for _, b in sorted(strata[kind].items())]
+        for b in bands:
+            rng.shuffle(b)
+        take = []
+        while len(take) < per_kind and any(bands):
+            for b in bands:  # round robin over the size bands
+                if b and len(take) < per_kind:
+                    take.append(b.pop())
+        picked += take
+    return picked
 
-        records = list(read_records(io.BytesIO(out)))
-    seen, kernels = set(), []
-    for r in records:
-        fp = r.get("fingerprint") or r["hlo"]
-        if fp not in seen:
-            seen.add(fp)
-            kernels.append(r)
-    random.Random(args.seed).shuffle(kernels)
-    return kernels
+
+def run_measure(records, extra):
+    """Runtimes by fingerprint, noise by fingerprint, seconds, target."""
+    from tpuperf_cli.stream import RecordWriter, read_records
+
+    with tempfile.NamedTemporaryFile(suffix=".msgpack", delete=False) as f:
+        w = RecordWriter(f)
+        for r in records:
+            w.write({k: v for k, v in r.items() if k not in ("runtime_ns", "runs", "target")})
+        w.flush()
+        path = f.name
+    try:
+        t0 = time.time()
+        p = subprocess.run([sys.executable, "-m", "tpuperf_cli", "measure", "--backend", "cpu",
+                            "--no-cache", "--no-progress", "-q", *extra, path],
+                           capture_output=True)
+        seconds = time.time() - t0
+    finally:
+        os.unlink(path)
+    if p.returncode != 0:
+        sys.exit(f"bench_measure_noise: measure failed: {p.stderr.decode()[-2000:]}")
+    out = list(read_records(io.BytesIO(p.stdout)))
+    runtimes = {r["fingerprint"]: r["runtime_ns"] for r in out if "runtime_ns" in r}
+    noise = {r["fingerprint"]: r.get("noise") for r in out if "runtime_ns" in r}
+    return runtimes, noise, seconds, out[0]["target"] if out else {}
+
+
+def table(rows, key, order):
+    lines = [f"{'':<16}{'n':>5}  {'median':>8}  {'p90':>8}  {'max ratio':>9}  "
+             f"{'noise med':>9}"]
+    for label in order:
+        sel = [r for r in rows if key(r) == label]
+        if not sel:
+            continue
+        errs = [r["err"] for r in sel]
+        lines.append(f"{label:<16}{len(sel):>5}  {percentile(errs, .5):>8.1%}  "
+                     f"{percentile(errs, .9):>8.1%}  {1 + max(errs):>8.2f}x  "
+                     f"{percentile([r['noise'] for r in sel], .5):>9.1%}")
+    return lines
 
 
 def main():
-    from tpuperf_cli.commands.measure import parse_duration
-    from tpuperf_cli.measure.runner import Measurer, MeasureError
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("\n", 2)[2],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--input", help="kernel or graph stream (default: hlo-split of examples/hlo)")
-    ap.add_argument("--sample", type=int, default=40, help="kernels to sample (default 40)")
-    ap.add_argument("--repeats", type=int, default=5, help="measurements per kernel (default 5)")
-    ap.add_argument("--runs", type=int, default=3, help="runs per measurement (default 3)")
-    ap.add_argument("--min-time", default="3ms", help="shortest run (default 3ms)")
-    ap.add_argument("--backend", default="cpu")
-    ap.add_argument("--cpus", type=int, default=None,
-                    help="pin to N CPUs first, as measure --cpus does (default: all)")
-    ap.add_argument("--clock", default="wall", choices=["wall", "process"],
-                    help="as measure --clock (default wall)")
+    ap.add_argument("--per-kind", type=int, default=36,
+                    help="kernels per kind (default 36: about 320 in all)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="also write the figures to this JSON file")
+    ap.add_argument("measure_args", nargs="*", help="after --: options for measure")
     args = ap.parse_args()
-    if args.cpus:
-        from tpuperf_cli.measure.runner import pin_cpus
 
-        pin_cpus(args.cpus)
-
-    m = Measurer(args.backend, runs=args.runs, min_time=parse_duration(args.min_time),
-                 clock=args.clock)
-    kernels = load_kernels(args)
-    t_start = time.time()
-    floor = [m.measure(TRIVIAL)[0] for _ in range(args.repeats)]
-    rows = []  # (median runtime, spread of min-of-N, spread of single runs)
-    for rec in kernels:
-        if len(rows) >= args.sample:
-            break
-        mins, singles = [], []
-        try:
-            for _ in range(args.repeats):
-                t, runs = m.measure(rec["hlo"])
-                mins.append(t)
-                singles.append(runs[0])
-        except MeasureError:
-            continue
-        rows.append((percentile(mins, 0.5), spread(mins), spread(singles)))
-    elapsed = time.time() - t_start
-
-    print(f"target: {m.target['platform']} {m.target['chip']} ({m.target.get('cpu_count', '?')} "
-          f"cpus), jax {m.target['jax']}")
-    print(f"{len(rows)} kernels x {args.repeats} measurements, min of {args.runs} runs of "
-          f">= {args.min_time}, clock {args.clock}, cpus {m.target.get('cpu_count')}, "
-          f"{elapsed:.0f}s")
-    print(f"per-call floor (trivial kernel): median {percentile(floor, 0.5) / 1e3:.1f} us")
+    kernels = sample_kernels(args.per_kind, args.seed)
+    a, noise, sec_a, target = run_measure(kernels, args.measure_args)
+    b, _, sec_b, _ = run_measure(kernels[::-1], args.measure_args)
+    rows = []
+    for r in kernels:
+        fp = r["fingerprint"]
+        if fp in a and fp in b and min(a[fp], b[fp]) > 0:
+            rows.append({"kind": kind_of(r), "band": band_of(a[fp]), "ns": a[fp],
+                         "err": abs(a[fp] - b[fp]) / min(a[fp], b[fp]),
+                         "noise": noise.get(fp) or 0.0})
+    errs = [r["err"] for r in rows]
+    big = [r["err"] for r in rows if r["ns"] >= 1e4]
+    cpu = target.get("cpu", {})
+    print(f"target: {target.get('platform')} {target.get('chip')} (family {cpu.get('family')} "
+          f"model {cpu.get('model')} stepping {cpu.get('stepping')}), "
+          f"{target.get('cpu_count')} of {target.get('cores')} cpus, clock {target.get('clock')}, "
+          f"method {target.get('method')}, jax {target.get('jax')}")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    print(f"{len(rows)} kernels measured in both runs (of {len(kernels)}); measure "
+          f"{' '.join(args.measure_args) or '(defaults)'}")
+    print(f"seconds per kernel: {sec_a / len(kernels):.3f} (first run), "
+          f"{sec_b / len(kernels):.3f} (second run), start-up included")
     print()
-    print(f"{'kernels':<22}{'n':>4}  {'min-of-N spread':>22}  {'single-run spread':>22}")
-    print(f"{'':<22}{'':>4}  {'median':>10}  {'p90':>10}  {'median':>10}  {'p90':>10}")
-    classes = [("all", 0, float("inf")), ("< 10 us", 0, 1e4), ("10 us - 1 ms", 1e4, 1e6),
-               (">= 1 ms", 1e6, float("inf"))]
-    for label, lo, hi in classes:
-        sel = [r for r in rows if lo <= r[0] < hi]
-        if not sel:
-            continue
-        a = [r[1] for r in sel]
-        b = [r[2] for r in sel]
-        print(f"{label:<22}{len(sel):>4}  {percentile(a, .5):>10.1%}  {percentile(a, .9):>10.1%}"
-              f"  {percentile(b, .5):>10.1%}  {percentile(b, .9):>10.1%}")
-    a = [r[1] for r in rows]
-    b = [r[2] for r in rows]
-    if a:
-        print()
-        print(f"ratio single-run / min-of-N median spread: "
-              f"{percentile(b, .5) / max(percentile(a, .5), 1e-12):.2f}x")
+    print(f"pairwise error |a-b|/min(a,b): median {percentile(errs, .5):.1%}, "
+          f"p90 {percentile(errs, .9):.1%}, max {1 + max(errs):.2f}x; "
+          f">= 10 us: median {percentile(big, .5):.1%} (n={len(big)})")
+    print()
+    print("by size (first run's runtime):")
+    print("\n".join(table(rows, lambda r: r["band"], [label for label, _, _ in BANDS])))
+    print()
+    print("by kind:")
+    print("\n".join(table(rows, lambda r: r["kind"], sorted({r["kind"] for r in rows}))))
+    if args.json:
+        figures = {"target": target, "kernels": len(rows),
+                   "median": percentile(errs, .5), "p90": percentile(errs, .9),
+                   "max_ratio": 1 + max(errs), "median_10us": percentile(big, .5),
+                   "noise_median": statistics.median(r["noise"] for r in rows),
+                   "seconds_per_kernel": (sec_a + sec_b) / 2 / len(kernels),
+                   "measure_args": args.measure_args}
+        Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
 
 
 if __name__ == "__main__":

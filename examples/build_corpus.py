@@ -4,12 +4,12 @@
 Every program listed in examples/programs.json (optimized XLA:CPU HLO in
 examples/hlo/) goes through the project's own tools,
 
-    hlo-split examples/hlo/P.hlo | measure --backend cpu --cpus 1 --clock process
-                                         --min-time 3ms                  ->  kernels/P.zst
+    hlo-split examples/hlo/P.hlo | measure --backend cpu (steady defaults:
+                                   one pinned CPU, process clock)       ->  kernels/P.zst
     featurize < kernels/P.zst                                            ->  graphs/P.zst
 
 so each program gets one zstd shard of kernel records with their measured
-runtimes (runtime_ns, runs, target; or error), and one shard of graph records
+runtimes (runtime_ns, runs, noise, target; or error), and one shard of graph records
 (the same records plus node/edge features) that `tpuperf train` reads.
 featurize passes runtime fields through, so featurizing after measuring is the
 same as `hlo-split | featurize | measure` in one pipe, and graphs can be
@@ -53,6 +53,7 @@ shards are kept); kernels already in the cache are not timed again.
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -108,7 +109,7 @@ def measure_program(prog, args):
     split = subprocess.Popen(tool("hlo-split") + ["-p", prog["name"], str(src)],
                              stdout=subprocess.PIPE)
     cmd = tool("measure") + ["--backend", "cpu", "--min-time", args.min_time,
-                             "--runs", str(args.runs), "--cache-dir", str(args.cache_dir),
+                             "--samples", str(args.samples), "--cache-dir", str(args.cache_dir),
                              "--cpus", str(args.cpus), "--clock", args.clock, "--no-progress"]
     if args.retry_errors:
         cmd.append("--retry-errors")
@@ -129,7 +130,7 @@ def seed_cache(cache_dir):
     afresh)."""
     sys.path.insert(0, str(ROOT))
     from tpuperf_cli.measure.cache import Cache
-    from tpuperf_cli.measure.runner import METHOD, target_key
+    from tpuperf_cli.measure.target import METHOD, target_key
     from tpuperf_cli.stream import read_records
 
     cache = Cache(str(cache_dir))
@@ -139,9 +140,13 @@ def seed_cache(cache_dir):
             for r in read_records(str(shard)):
                 if "runtime_ns" not in r or not r.get("target") or not r.get("fingerprint"):
                     continue
-                key = target_key({**r["target"], "method": METHOD})
+                if r["target"].get("method") != METHOD:
+                    continue  # timed another way: measured afresh
+                # the fingerprint hlo-split wrote is that of the text, measure's key
+                key = target_key(r["target"])
                 if cache.get(r["fingerprint"], key) is None:
-                    cache.put(r["fingerprint"], key, r["target"], r["runtime_ns"], r["runs"])
+                    cache.put(r["fingerprint"], key, r["target"], r["runtime_ns"], r["runs"],
+                              noise=r.get("noise"))
                     added += 1
     finally:
         cache.close()
@@ -171,7 +176,10 @@ def summarize(programs, args, measure_seconds):
     mpath = CORPUS / "manifest.json"
     if mpath.exists():
         old = json.loads(mpath.read_text())
+    from tpuperf_cli.measure.check import pick_references
+
     per_program, fingerprints, ok_fps, failed = [], set(), set(), Counter()
+    measured = []
     target = None
     kernels = 0
     for prog in programs:
@@ -183,6 +191,7 @@ def summarize(programs, args, measure_seconds):
         n_ok = sum("runtime_ns" in r for r in recs)
         for r in recs:
             if "runtime_ns" in r:
+                measured.append(r)
                 ok_fps.add(r["fingerprint"])
                 target = target or r.get("target")
             elif r.get("error"):
@@ -204,7 +213,7 @@ def summarize(programs, args, measure_seconds):
     manifest = {
         "built_by": "examples/build_corpus.py",
         "target": target,
-        "measure_options": {"backend": "cpu", "min_time": args.min_time, "runs": args.runs,
+        "measure_options": {"backend": "cpu", "min_time": args.min_time, "samples": args.samples,
                             "cpus": args.cpus, "clock": args.clock},
         "programs": len(per_program),
         "kernels": kernels,
@@ -219,6 +228,13 @@ def summarize(programs, args, measure_seconds):
         # it takes to time the corpus from scratch (see the README)
         "last_build_measure_seconds": (round(sum(seconds.values()), 1) if seconds
                                        else old.get("last_build_measure_seconds")),
+        # this machine's reference kernels, for `tpuperf machine --check`
+        "reference_kernels": pick_references(measured),
+        # bench_measure_noise.py's figures on the machine that measured it
+        "measurement_noise": (json.loads(Path(args.noise_report).read_text())
+                              if args.noise_report else old.get("measurement_noise")),
+        "median_kernel_noise": (statistics.median(r["noise"] for r in measured if "noise" in r)
+                                if any("noise" in r for r in measured) else None),
         "splits": {"random": "examples/splits/random.json",
                    "manual": "examples/splits/manual.json"},
         "per_program": per_program,
@@ -253,14 +269,14 @@ def main(argv=None):
                          "'featurize' alone rebuilds graphs/*.zst from the committed "
                          "kernels/*.zst; 'manifest' only rewrites manifest.json")
     ap.add_argument("--only", nargs="+", metavar="PROGRAM", help="only these programs")
-    ap.add_argument("--min-time", default="3ms",
-                    help="measure --min-time: shortest run (default 3ms)")
-    ap.add_argument("--runs", type=int, default=3, help="measure --runs (default 3)")
+    ap.add_argument("--min-time", default="2ms",
+                    help="measure --min-time: shortest sample (default 2ms)")
+    ap.add_argument("--samples", type=int, default=7, help="measure --samples (default 7)")
     ap.add_argument("--cpus", type=int, default=1,
                     help="measure --cpus (default 1: one pinned CPU, one XLA thread)")
-    ap.add_argument("--clock", default="process", choices=["wall", "process"],
-                    help="measure --clock (default process: CPU time of the pinned process, "
-                         "steady on a shared machine)")
+    ap.add_argument("--clock", default="auto", choices=["auto", "wall", "process"],
+                    help="measure --clock (default auto: on CPU the CPU time of the pinned "
+                         "process, steady on a shared machine)")
     ap.add_argument("--cache-dir", type=Path, default=CORPUS / ".cache",
                     help="measure's cache (default examples/corpus/.cache)")
     ap.add_argument("--graphs-dir", type=Path, default=None,
@@ -269,6 +285,8 @@ def main(argv=None):
                     help="measure again kernels whose cached measurement failed")
     ap.add_argument("--force", action="store_true",
                     help="rebuild kernel shards that exist (measurements still come from the cache)")
+    ap.add_argument("--noise-report", metavar="JSON",
+                    help="bench_measure_noise.py --json output to record in the manifest")
     ap.add_argument("--list", nargs=2, metavar=("SPLIT", "SET"),
                     help="print the graph shard paths of one split set (random|manual, "
                          "train|valid|test) and exit")
@@ -285,7 +303,8 @@ def main(argv=None):
     seconds = {}
     if "measure" in args.steps:
         seed_cache(args.cache_dir)
-        log(f"measuring {len(programs)} programs (min-time {args.min_time}, runs {args.runs})")
+        log(f"measuring {len(programs)} programs (min-time {args.min_time}, "
+            f"samples {args.samples})")
         t0 = time.time()
         for prog in programs:
             s = measure_program(prog, args)

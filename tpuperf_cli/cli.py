@@ -27,6 +27,7 @@ COMMANDS = {
     "import": "import_",
     "select": "select",
     "split": "split",
+    "machine": "machine",
 }
 
 

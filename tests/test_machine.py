@@ -1,0 +1,87 @@
+"""tpuperf machine: this machine's target, and the check against a corpus."""
+
+import json
+import os
+import subprocess
+import sys
+
+from tpuperf_cli.stream import RecordWriter, new_record, read_records
+
+TOOL = [sys.executable, "-m", "tpuperf_cli"]
+
+
+def matmul(n):
+    return f"""HloModule mm{n}
+
+ENTRY %main (a: f32[{n},{n}], b: f32[{n},{n}]) -> f32[{n},{n}] {{
+  %a = f32[{n},{n}]{{1,0}} parameter(0)
+  %b = f32[{n},{n}]{{1,0}} parameter(1)
+  ROOT %dot = f32[{n},{n}]{{1,0}} dot(%a, %b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+"""
+
+
+def _run(args, tmp_path, **kw):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    return subprocess.run(TOOL + args, capture_output=True, env=env, cwd=tmp_path, **kw)
+
+
+def _corpus(tmp_path):
+    """A one-program corpus, measured here, with its manifest."""
+    from tpuperf_cli.hlo.split import module_fingerprint
+    from tpuperf_cli.measure.check import pick_references
+
+    (tmp_path / "c" / "corpus" / "kernels").mkdir(parents=True)
+    raw = tmp_path / "k.msgpack"
+    with open(raw, "wb") as f:
+        w = RecordWriter(f)
+        for i, n in enumerate((96, 128, 160)):
+            w.write(new_record("kernel", program="p", kernel=f"dot.{n}", index=i, count=1,
+                               count_known=True, hlo=matmul(n), opcode="dot", fusion_kind=None,
+                               fingerprint=module_fingerprint(matmul(n))))
+        w.flush()
+    shard = tmp_path / "c" / "corpus" / "kernels" / "p.zst"
+    p = _run(["measure", "--backend", "cpu", "--min-time", "1ms", "-o", str(shard), str(raw)],
+             tmp_path)
+    assert p.returncode == 0, p.stderr.decode()
+    recs = list(read_records(str(shard)))
+    manifest = {"target": recs[0]["target"],
+                "per_program": [{"name": "p", "kernel_shard": "corpus/kernels/p.zst"}],
+                "reference_kernels": pick_references(recs)}
+    return manifest
+
+
+def test_machine_prints_the_target(tmp_path):
+    p = _run(["machine", "-f", "json"], tmp_path)
+    assert p.returncode == 0, p.stderr.decode()
+    t = json.loads(p.stdout)["target"]
+    assert t["platform"] == "cpu" and t["cpu_count"] == 1 and t["clock"] == "process"
+    assert {"vendor", "family", "model", "stepping"} <= set(t["cpu"])
+
+
+def test_check_times_references_and_flags_another_machine(tmp_path):
+    manifest = _corpus(tmp_path)
+    assert manifest["reference_kernels"], "no reference kernel picked"
+    path = tmp_path / "c" / "corpus" / "manifest.json"
+    path.write_text(json.dumps(manifest))
+    p = _run(["machine", "--check", str(path), "-f", "json"], tmp_path)
+    report = json.loads(p.stdout)
+    assert report["target_differs"] == [] and not report["method_differs"]
+    assert all(r["ratio"] > 0 for r in report["kernels"])
+    assert p.returncode == (0 if report["same"] else 1)
+
+    # the same corpus said to come from another CPU: never the same machine
+    manifest["target"] = {**manifest["target"],
+                          "cpu": {**manifest["target"]["cpu"], "model": "no-such-model"}}
+    path.write_text(json.dumps(manifest))
+    p = _run(["machine", "--check", str(tmp_path / "c" / "corpus")], tmp_path)
+    assert p.returncode == 1
+    out = p.stdout.decode()
+    assert "differs: cpu" in out and "same machine: no" in out
+
+
+def test_check_without_references_is_a_clear_error(tmp_path):
+    (tmp_path / "m.json").write_text(json.dumps({"target": {}}))
+    p = _run(["machine", "--check", "m.json"], tmp_path)
+    assert p.returncode == 1 and "no reference_kernels" in p.stderr.decode()
+    assert "Traceback" not in p.stderr.decode()
