@@ -231,7 +231,7 @@ def test_matmul_runtimes_positive_and_ordered(measurer):
     big = measurer.measure(matmul_hlo(1024))
     for m in (small, big):
         assert m.runtime_ns > 0 and len(m.samples) >= 2 and m.noise >= 0
-        assert m.runtime_ns == statistics.median(m.samples)
+        assert min(m.samples) <= m.runtime_ns <= statistics.median(m.samples)
     # 4096x the flops: far slower, whatever the noise on a shared machine
     assert big.runtime_ns > 20 * small.runtime_ns
 

@@ -88,11 +88,11 @@ def _cpus(ctx, param, value):
 @click.option("--backend", type=click.Choice(["auto", "cpu", "gpu", "tpu"]), default="auto",
               show_default=True,
               help="XLA backend to time on; auto picks the best present (tpu, gpu, cpu).")
-@click.option("--samples", "--runs", "samples", type=click.IntRange(1), default=7,
+@click.option("--samples", "--runs", "samples", type=click.IntRange(1), default=15,
               show_default=True,
-              help="Timed samples per kernel; runtime_ns is their median (--runs is the old "
-                   "name).")
-@click.option("--min-time", "min_time", default="2ms", show_default=True, metavar="DURATION",
+              help="Timed samples per kernel; runtime_ns is their lower quartile (--runs is "
+                   "the old name).")
+@click.option("--min-time", "min_time", default="0.5ms", show_default=True, metavar="DURATION",
               help="Shortest duration of one sample (e.g. 1ms, 0.5s, 300us; a bare number is "
                    "milliseconds): the kernel runs in a loop on the device until it passes this.")
 @click.option("--batch", type=click.IntRange(1), default=32, show_default=True, metavar="N",
@@ -128,8 +128,8 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
     stdout or -o FILE (never to a terminal) with four fields added:
 
     \b
-      runtime_ns  the kernel's runtime in nanoseconds: the median of its
-                  samples
+      runtime_ns  the kernel's runtime in nanoseconds: the lower quartile
+                  of its samples
       runs        the samples (ns per run of the kernel), in the order taken
       noise       their relative spread: 1.4826 * MAD / median, a robust
                   relative standard deviation (0.03: a sample is typically
@@ -173,7 +173,11 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
     of interference from other processes hits one sample of many kernels
     rather than every sample of one. On CPU, a sample during which the
     measuring thread was switched out (its context-switch count moved) is
-    dropped, unless that leaves fewer than half of them.
+    dropped, unless that leaves fewer than half of them. The runtime is the
+    lower quartile of the samples kept: interference only ever adds time
+    (another process's cache misses and memory traffic, a host that steals
+    the virtual CPU), so a low quantile estimates the undisturbed time, and
+    unlike the minimum it does not rest on one sample.
 
     The steady settings are the defaults: on a shared CPU machine the
     process is pinned to one CPU (--cpus 1) and a sample's duration is the

@@ -19,7 +19,11 @@ From HLO text to a number, the same for every backend:
    kernels, not every sample of one. On CPU a sample during which the
    measuring thread was switched out (getrusage's context switches) is
    dropped: the other process evicted its caches. The runtime is the
-   median of the samples kept, and `noise` their spread (see Measurement).
+   lower quartile of the samples kept, and `noise` their spread (see
+   Measurement): interference only ever adds time (a busy neighbour's cache
+   misses, memory traffic, a host that steals the virtual CPU), so a low
+   quantile estimates the undisturbed time, and unlike the minimum it does
+   not rest on one sample.
 
 The kernel text is already optimized HLO; compiling it again runs XLA's
 pipeline a second time, which for one kernel mostly leaves it alone (there
@@ -83,7 +87,7 @@ class MeasureError(Exception):
 class Measurement:
     """One kernel's timing.
 
-    runtime_ns: the median of the samples kept, ns per run of the kernel.
+    runtime_ns: the lower quartile of the samples kept, ns per run.
     samples: those samples, in the order taken (the record's `runs`).
     noise: their relative spread, 1.4826 * MAD / median: a robust relative
         standard deviation (0.05 means one sample is typically 5% off).
@@ -96,12 +100,22 @@ class Measurement:
     dropped: int = 0
 
 
+def lower_quartile(values):
+    """The 25th percentile, interpolated (numpy's default method)."""
+    xs = sorted(values)
+    k = (len(xs) - 1) * 0.25
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
 def summarize(samples, dropped=0):
     """A Measurement from per-run samples (ns)."""
     med = statistics.median(samples)
     mad = statistics.median(abs(s - med) for s in samples)
     noise = 1.4826 * mad / med if med > 0 else 0.0
-    return Measurement(float(med), [float(s) for s in samples], float(noise), dropped)
+    return Measurement(float(lower_quartile(samples)), [float(s) for s in samples],
+                       float(noise), dropped)
 
 
 def pin_cpus(n):
@@ -220,7 +234,9 @@ class _Timed:
             spent = self._time(n) - self.fixed
             if spent >= target or n >= MAX_TRIPS or time.monotonic() > deadline:
                 break
-            n = min(MAX_TRIPS, max(2 * n, math.ceil(n * 1.2 * target / max(spent, 1))))
+            # at most 10x a step: a call barely above the fixed cost (whose
+            # estimate is noisy too) says little about how far to go
+            n = min(MAX_TRIPS, 10 * n, max(2 * n, math.ceil(n * 1.2 * target / max(spent, 1))))
         self.trips = n
 
     def sample(self):
@@ -247,7 +263,7 @@ class Measurer:
     the machine (the record's target), ``key`` is its cache key.
     """
 
-    def __init__(self, backend=None, samples=7, min_time=0.002, seed=0, clock="auto"):
+    def __init__(self, backend=None, samples=15, min_time=0.0005, seed=0, clock="auto"):
         import jax
 
         if samples < 1:

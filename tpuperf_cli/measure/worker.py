@@ -23,7 +23,7 @@ class IsolatedMeasurer:
     child process. timeout: seconds one kernel may take, compile included;
     cpus: pin the child to that many CPUs (None: all)."""
 
-    def __init__(self, backend=None, samples=7, min_time=0.002, timeout=300.0, cpus=None,
+    def __init__(self, backend=None, samples=15, min_time=0.0005, timeout=300.0, cpus=None,
                  clock="auto"):
         self.config = {"backend": backend, "samples": samples, "min_time": float(min_time),
                        "cpus": cpus, "clock": clock}
