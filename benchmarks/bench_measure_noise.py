@@ -24,6 +24,11 @@ The goal (the measurement issue): median at most 3%, 90th percentile at most
     .venv/bin/python benchmarks/bench_measure_noise.py --json noise.json
 
 Arguments after `--` go to measure (e.g. --min-time 5ms, --cpus all).
+
+--reference DIR measures the same sample the same way with the measure of
+another checkout of tpuperf (say `git worktree add /tmp/old aa56be6`, the
+method before this one: min of 3 dispatched runs of 10 ms), with its own
+defaults, and prints its figures and seconds per kernel beside these.
 """
 
 import argparse
@@ -97,7 +102,7 @@ def sample_kernels(per_kind, seed):
     return picked
 
 
-def run_measure(records, extra):
+def run_measure(records, extra, checkout=None):
     """Runtimes by fingerprint, noise by fingerprint, seconds, target."""
     from tpuperf_cli.stream import RecordWriter, read_records
 
@@ -108,10 +113,13 @@ def run_measure(records, extra):
         w.flush()
         path = f.name
     try:
+        env = dict(os.environ)
+        if checkout:
+            env["PYTHONPATH"] = str(Path(checkout).resolve())
         t0 = time.time()
         p = subprocess.run([sys.executable, "-m", "tpuperf_cli", "measure", "--backend", "cpu",
                             "--no-cache", "--no-progress", "-q", *extra, path],
-                           capture_output=True)
+                           capture_output=True, env=env, cwd=checkout or ROOT)
         seconds = time.time() - t0
     finally:
         os.unlink(path)
@@ -145,12 +153,23 @@ def main():
                     help="kernels per kind (default 36: about 320 in all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the figures to this JSON file")
+    ap.add_argument("--reference", metavar="DIR",
+                    help="another tpuperf checkout whose measure to compare with")
     ap.add_argument("measure_args", nargs="*", help="after --: options for measure")
     args = ap.parse_args()
 
     kernels = sample_kernels(args.per_kind, args.seed)
     a, noise, sec_a, target = run_measure(kernels, args.measure_args)
     b, _, sec_b, _ = run_measure(kernels[::-1], args.measure_args)
+    reference = None
+    if args.reference:
+        ra, _, rsec_a, _ = run_measure(kernels, [], args.reference)
+        rb, _, rsec_b, _ = run_measure(kernels[::-1], [], args.reference)
+        rerr = [abs(ra[k] - rb[k]) / min(ra[k], rb[k]) for k in ra if k in rb and
+                min(ra[k], rb[k]) > 0]
+        reference = {"median": percentile(rerr, .5), "p90": percentile(rerr, .9),
+                     "max_ratio": 1 + max(rerr),
+                     "seconds_per_kernel": (rsec_a + rsec_b) / 2 / len(kernels)}
     rows = []
     for r in kernels:
         fp = r["fingerprint"]
@@ -170,6 +189,12 @@ def main():
           f"{' '.join(args.measure_args) or '(defaults)'}")
     print(f"seconds per kernel: {sec_a / len(kernels):.3f} (first run), "
           f"{sec_b / len(kernels):.3f} (second run), start-up included")
+    if reference:
+        print(f"reference ({args.reference}, its defaults): pairwise error median "
+              f"{reference['median']:.1%}, p90 {reference['p90']:.1%}, max "
+              f"{reference['max_ratio']:.2f}x; {reference['seconds_per_kernel']:.3f} s per kernel: "
+              f"this measure takes {(sec_a + sec_b) / 2 / len(kernels) / reference['seconds_per_kernel']:.2f}x "
+              f"its time")
     print()
     print(f"pairwise error |a-b|/min(a,b): median {percentile(errs, .5):.1%}, "
           f"p90 {percentile(errs, .9):.1%}, max {1 + max(errs):.2f}x; "
@@ -186,7 +211,7 @@ def main():
                    "max_ratio": 1 + max(errs), "median_10us": percentile(big, .5),
                    "noise_median": statistics.median(r["noise"] for r in rows),
                    "seconds_per_kernel": (sec_a + sec_b) / 2 / len(kernels),
-                   "measure_args": args.measure_args}
+                   "measure_args": args.measure_args, "reference": reference}
         Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
 
 

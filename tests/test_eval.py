@@ -66,6 +66,15 @@ def test_fusion_table_hand_computed(tmp_path):
     assert res0["programs"][0]["ge"]["toy"]["mape"] == pytest.approx(40.0)
 
 
+def test_label_noise_is_shown_beside_mape(tmp_path):
+    noisy = [{**r, "noise": 0.04 if i % 2 else 0.02} for i, r in enumerate(FUSION)]
+    res = _json(["--predicted", "--no-baseline", _shard(tmp_path, noisy)])
+    assert all(p["noise"] > 0 for p in res["programs"])
+    assert 2.0 <= res["summary"]["noise"]["median"] <= 4.0  # percent, as MAPE
+    r = CliRunner().invoke(cli, ["--predicted", "--no-baseline", _shard(tmp_path, noisy)])
+    assert "noise%" in r.stdout
+
+
 def test_text_and_markdown_formats(tmp_path):
     shard = _shard(tmp_path, FUSION)
     r = CliRunner().invoke(cli, ["--predicted", "--no-baseline", shard])

@@ -43,13 +43,16 @@ class EvalData:
 
     program, kernel: str arrays; runtime: float ns; is_default: bool array
     (all False when the records carry none); count: times each kernel runs
-    per program run (1 where the record has none); grouped: True when some
-    (program, kernel) has several records (tile data).
+    per program run (1 where the record has none); noise: measure's
+    relative spread of each kernel's samples (NaN where the record has
+    none); grouped: True when some (program, kernel) has several records
+    (tile data).
     """
 
     def __init__(self, records):
         self.program, self.kernel, self.runtime, self.is_default = [], [], [], []
         self.count = []
+        self.noise = []
         self.has_config = False
         self.skipped = 0
         self.records = []
@@ -66,8 +69,12 @@ class EvalData:
             c = r.get("count", 1)
             self.count.append(float(c) if isinstance(c, (int, float)) and not isinstance(c, bool)
                               and c >= 0 else 1.0)
+            nz = r.get("noise")
+            self.noise.append(float(nz) if isinstance(nz, (int, float)) and
+                              not isinstance(nz, bool) else np.nan)
             self.has_config = self.has_config or bool(r.get("config"))
         self.runtime = np.asarray(self.runtime, dtype=np.float64)
+        self.noise = np.asarray(self.noise, dtype=np.float64)
         self.is_default = np.asarray(self.is_default, dtype=bool)
         self.count = np.asarray(self.count, dtype=np.float64)
         keys = list(zip(self.program, self.kernel))
@@ -130,7 +137,9 @@ def _fusion(data, predictions, threshold_ns):
         count = data.count[idx]
         row = {"program": program, "kernels": int(idx.size),
                "kernels_ge": int((true >= threshold_ns).sum()),
-               "runtime_ns": float((true * count).sum()), "ge": {}, "all": {}, "program_error": {}}
+               "runtime_ns": float((true * count).sum()), "ge": {}, "all": {}, "program_error": {},
+               # the labels' own spread (percent, as MAPE): the floor under any MAPE
+               "noise": 100 * m.nanmedian(data.noise[idx][true >= threshold_ns])}
         for label, pred in predictions.items():
             p = np.asarray(pred, dtype=np.float64)[idx]
             ge = m.fusion_metrics(p, true, threshold_ns)
@@ -149,6 +158,8 @@ def _fusion(data, predictions, threshold_ns):
         label: {"median": m.nanmedian([r["program_error"][label] for r in rows]),
                 "mean": m.nanmean([r["program_error"][label] for r in rows])}
         for label in predictions}
+    summary["noise"] = {"median": m.nanmedian([r["noise"] for r in rows]),
+                        "mean": m.nanmean([r["noise"] for r in rows])}
     return {"threshold_ns": float(threshold_ns), "programs": rows, "summary": summary}
 
 
@@ -211,12 +222,16 @@ def tables(result):
         thr = result["threshold_ns"]
         for which, title, ncol in (
                 ("ge", f"fusion task: kernels >= {thr / 1000:g} us; prog%: error of the "
-                       f"whole-program sum (all kernels x count)", "kernels_ge"),
+                       f"whole-program sum (all kernels x count); noise%, where measured: "
+                       f"median spread of the kernels' timed samples, a floor under MAPE",
+                 "kernels_ge"),
                 ("all", "fusion task: all kernels", "kernels")):
             whole = which == "ge"   # the program error once, in the first table
+            noisy = whole and not math.isnan(result["summary"].get("noise", {}).get(
+                "median", math.nan))   # a noise column where measure wrote noise
             fields = FUSION_FIELDS + (("program_error",) if whole else ())
-            header = ["program", "kernels"] + [f"{lab} {FIELD_TITLES[f]}"
-                                               for lab in labels for f in fields]
+            header = ["program", "kernels"] + (["noise%"] if noisy else []) + \
+                [f"{lab} {FIELD_TITLES[f]}" for lab in labels for f in fields]
 
             def cell(r, lab, f):
                 return _fmt(r["program_error"][lab] if f == "program_error" else r[which][lab][f], f)
@@ -229,9 +244,12 @@ def tables(result):
             rows = []
             for r in result["programs"]:
                 rows.append([r["program"], str(r[ncol])] +
+                            ([_fmt(r.get("noise"), "mape")] if noisy else []) +
                             [cell(r, lab, f) for lab in labels for f in fields])
             for stat in ("median", "mean"):
-                rows.append([stat, ""] + [stat_cell(stat, lab, f) for lab in labels for f in fields])
+                noise = result["summary"].get("noise", {}).get(stat)
+                rows.append([stat, ""] + ([_fmt(noise, "mape")] if noisy else []) +
+                            [stat_cell(stat, lab, f) for lab in labels for f in fields])
             out.append((title, header, rows))
     else:
         choice = set(result.get("choice_only", ()))
