@@ -16,7 +16,6 @@ prints).
 """
 
 import argparse
-import glob
 import json
 import os
 import sys
@@ -27,8 +26,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from tpuperf_cli import metrics  # noqa: E402
 from tpuperf_cli.eval import baseline as baseline_lib  # noqa: E402
-from tpuperf_cli.eval import metrics  # noqa: E402
 from tpuperf_cli.stream import read_records  # noqa: E402
 
 
@@ -80,7 +79,7 @@ def main():
 
     t = time.time()
     model = load_model(args.model)
-    from tpuperf_cli.model.data import example
+    from tpuperf_cli.model.examples import example
 
     pred = model.predict_examples([example(r, i) for i, r in enumerate(test, 1)])
     t_model = time.time() - t

@@ -35,7 +35,7 @@ sys.path.insert(0, ROOT)
 import msgpack  # noqa: E402
 
 from tpuperf_cli.features import featurize_kernel  # noqa: E402
-from tpuperf_cli.hlo import parser as P  # noqa: E402
+from tpuperf_cli.hlo import parser  # noqa: E402
 from tpuperf_cli.hlo.split import kernel_records  # noqa: E402
 from tpuperf_cli.stream import RecordWriter, read_records  # noqa: E402
 
@@ -67,7 +67,7 @@ def main():
 
     for path in files:
         text = open(path).read()
-        module = P.parse_module(text, path)
+        module = parser.parse_module(text, path)
         records = list(kernel_records(module, program="bench"))
         n = len(records)
         stream = b"".join(msgpack.packb(r, use_bin_type=True) for r in records)
@@ -80,7 +80,7 @@ def main():
 
         def parse():
             for r in records:
-                P.parse_module(r["hlo"], "k")
+                parser.parse_module(r["hlo"], "k")
 
         def featurize():
             out = RecordWriter(io.BytesIO())

@@ -19,7 +19,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tpuperf_cli.hlo import parser as P  # noqa: E402
+from tpuperf_cli.hlo import parser, syntax  # noqa: E402
 from tpuperf_cli.hlo.split import find_kernels, fingerprint, kernel_module  # noqa: E402
 
 
@@ -33,13 +33,13 @@ def best(fn, repeat):
 
 
 def ours(text):
-    P._shape_cache.clear()          # as in a fresh process
-    return P.parse_module(text)
+    syntax.shape_cache.clear()          # as in a fresh process
+    return parser.parse_module(text)
 
 
 def split_all(text):
-    P._shape_cache.clear()
-    m = P.parse_module(text)
+    syntax.shape_cache.clear()
+    m = parser.parse_module(text)
     for k in find_kernels(m):
         kernel_module(m, k)
         fingerprint(m, k)

@@ -38,7 +38,8 @@ def records_stream(n):
     recs = [r for p in shards for r in read_records(p)]
     source = "CPU corpus graph records"
     if not recs:
-        from tpuperf_cli.model.data import synthetic_records
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        from synthetic import synthetic_records
 
         recs = synthetic_records(n_programs=10, kernels=100, nodes=(2, 40))
         source = "synthetic graph records"
@@ -81,7 +82,8 @@ def main():
         return r
 
     start_min, start_med = best_of(lambda: run([os.path.join(BIN, "predict"), *model_args]), args.repeat)
-    from tpuperf_cli.stream import RecordWriter, new_record
+    from tpuperf_cli.records import new_record
+    from tpuperf_cli.stream import RecordWriter
 
     one = io.BytesIO()
     w = RecordWriter(one)

@@ -281,7 +281,10 @@ def write_report(args, res, variants, trained, per_model_md, per_program_md, ela
     summary = res["summary"]
     kernels = sum(r["kernels"] for r in res["programs"])
     kernels_ge = sum(r["kernels_ge"] for r in res["programs"])
-    rel = (lambda p: p.relative_to(ROOT) if p.resolve().is_relative_to(ROOT) else p)
+
+    def rel(p):
+        return p.relative_to(ROOT) if p.resolve().is_relative_to(ROOT) else p
+
     head = ["variant", "gnn", "reduction"] + [
         f"{st} {'MAPE%' if m == 'mape' else 'tau'} {'>=' + thr + 'us' if w == 'ge' else 'all'}"
         for w, st, m in FIGURES] + ["best/run epochs", "train s"]
@@ -310,7 +313,8 @@ def write_report(args, res, variants, trained, per_model_md, per_program_md, ela
         "",
         "Setup:",
         "",
-        f"- Data: `{rel(args.corpus)}` (last changed in commit {args.corpus_rev}), split `{rel(args.split)}`: {n_train} training, "
+        f"- Data: `{rel(args.corpus)}` (last changed in commit {args.corpus_rev}), "
+        f"split `{rel(args.split)}`: {n_train} training, "
         f"{n_valid} validation (early stopping) and {n_test} test programs; the test programs "
         f"have {kernels} measured kernels, {kernels_ge} of them >= {thr} us."
         + (f" {len(missing)} programs of the split had no measured shard yet and were left "

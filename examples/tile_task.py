@@ -110,7 +110,7 @@ def random_pick_ape(records):
 
 def per_kernel(pred_records):
     """Rows per kernel: configs, best, model's pick, XLA's pick, tau."""
-    from tpuperf_cli.eval import metrics
+    from tpuperf_cli import metrics
 
     kernels = {}
     for r in pred_records:

@@ -9,7 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 from tpuperf_cli.eval import baseline as bl
-from tpuperf_cli.stream import RecordWriter, encode_array, new_record, read_records
+from tpuperf_cli.records import new_record
+from tpuperf_cli.stream import encode_array, read_records
+
+from conftest import write_stream
 
 P, B = 2e11, 1e10          # ridge point 20 op/byte
 COEF = {"fusion:kLoop": 3.0, "dot": 1.5, "elementwise": 6.0}
@@ -116,11 +119,7 @@ def test_save_load_round_trip(tmp_path):
 
 
 def _shard(tmp_path, records, name="train.zst"):
-    path = tmp_path / name
-    with RecordWriter(str(path)) as w:
-        for r in records:
-            w.write(r)
-    return path
+    return write_stream(tmp_path / name, records)
 
 
 def test_cli_fit_apply_show(tmp_path):

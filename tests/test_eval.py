@@ -11,7 +11,9 @@ from click.testing import CliRunner
 
 from tpuperf_cli.commands.eval import cli
 from tpuperf_cli.eval import report
-from tpuperf_cli.stream import RecordWriter, new_record
+from tpuperf_cli.records import new_record
+
+from conftest import write_stream
 
 
 def _kernel(program, name, true, pred, opcode="fusion", **extra):
@@ -33,11 +35,7 @@ FUSION = [
 
 
 def _shard(tmp_path, records, name="test.zst"):
-    path = tmp_path / name
-    with RecordWriter(str(path)) as w:
-        for r in records:
-            w.write(r)
-    return str(path)
+    return str(write_stream(tmp_path / name, records))
 
 
 def _json(args):
@@ -225,9 +223,10 @@ def test_eval_runs_models_side_by_side(tmp_path):
     next to a second one with another reduction, the baseline and the
     records' own pred_ns."""
     pytest.importorskip("dgl")
-    from tpuperf_cli.model.data import synthetic_records
     from tpuperf_cli.model.net import NetConfig
     from tpuperf_cli.model.train import TrainOptions, train
+
+    from synthetic import synthetic_records
 
     train_shard = _shard(tmp_path, synthetic_records(n_programs=3, kernels=20, seed=1), "train.zst")
     test_recs = synthetic_records(n_programs=2, kernels=15, seed=2)

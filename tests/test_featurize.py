@@ -11,13 +11,22 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tpuperf_cli.features import (CONFIG_FEATURES, KERNEL_FEATURES, NODE_FEATURES,
-                                  FeaturizeError, config_features, featurize_kernel,
-                                  featurize_module, kernel_nodes)
-from tpuperf_cli.features import nodes as N
+from tpuperf_cli.features import (
+    CONFIG_FEATURES,
+    KERNEL_FEATURES,
+    NODE_FEATURES,
+    FeaturizeError,
+    config_features,
+    featurize_kernel,
+    featurize_module,
+    kernel_nodes,
+)
+from tpuperf_cli.features.nodes import NODE_FEATURE_NAMES
 from tpuperf_cli.features.opcodes import NUM_OPCODES, OPCODE_IDS, opcode_id, opcode_name
 from tpuperf_cli.hlo.parser import OPCODES, parse_module
 from tpuperf_cli.stream import decode_array
+
+from conftest import stream_bytes
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TILE_SAMPLE = ROOT / "examples" / "tile" / "tpu_tile_sample.json"
@@ -41,7 +50,7 @@ def graph(hlo, config=None):
 
 
 def check_row(got, want):
-    diff = [(i, N.NODE_FEATURE_NAMES[i], float(got[i]), float(want[i]))
+    diff = [(i, NODE_FEATURE_NAMES[i], float(got[i]), float(want[i]))
             for i in range(NODE_FEATURES) if got[i] != want[i]]
     assert not diff, diff
 
@@ -64,7 +73,7 @@ def test_opcode_ids_are_tpugraphs():
 
 
 def test_feature_names_follow_the_readme():
-    names = N.NODE_FEATURE_NAMES
+    names = NODE_FEATURE_NAMES
     assert len(names) == 140
     for i, n in [(0, "is_root"), (13, "shape_element_type_is_f32"), (28, "shape_dimensions_product"),
                  (30, "parameter_number"), (37, "window_size_0"), (69, "window_window_dilation_0"),
@@ -332,8 +341,6 @@ def test_bad_hlo_is_an_error():
 
 # ---------------------------------------------------------------- the command
 
-def kernel_stream(records):
-    return b"".join(msgpack.packb(r, use_bin_type=True) for r in records)
 
 
 def kernel_record(i, hlo, **extra):
@@ -358,7 +365,7 @@ def run(args, data):
 
 
 def test_command_keeps_fields_and_adds_arrays():
-    data = kernel_stream([kernel_record(0, DOT, extra_field={"x": [1, 2]}),
+    data = stream_bytes([kernel_record(0, DOT, extra_field={"x": [1, 2]}),
                           kernel_record(1, REDUCE)])
     result, err = run([], data)
     assert result.exit_code == 0 and err is None, result.output
@@ -379,7 +386,7 @@ def test_command_keeps_fields_and_adds_arrays():
 
 def test_bad_record_names_record_and_kernel_and_keeps_earlier_output(tmp_path):
     bad = "HloModule m\nENTRY e {\n  ROOT a = f32[2]{0} add(x, \n"
-    data = kernel_stream([kernel_record(0, DOT), kernel_record(1, bad), kernel_record(2, DOT)])
+    data = stream_bytes([kernel_record(0, DOT), kernel_record(1, bad), kernel_record(2, DOT)])
     src = tmp_path / "k.msgpack"
     src.write_bytes(data)
     out = tmp_path / "g.msgpack"
@@ -390,11 +397,11 @@ def test_bad_record_names_record_and_kernel_and_keeps_earlier_output(tmp_path):
 
 
 def test_unknown_shape_is_a_parse_error_exit_2():
-    data = kernel_stream([kernel_record(0, "HloModule m\nENTRY e {\n  ROOT p = f33[2]{0} parameter(0)\n}\n")])
+    data = stream_bytes([kernel_record(0, "HloModule m\nENTRY e {\n  ROOT p = f33[2]{0} parameter(0)\n}\n")])
     proc = subprocess.run([sys.executable, "-m", "tpuperf_cli", "featurize"], input=data,
                           capture_output=True)
     assert proc.returncode == 2
-    assert b"record 1 (kernel 'k0' of program 'p')" in proc.stderr
+    assert b"record 1 (p/k0)" in proc.stderr
     assert b"f33" in proc.stderr and b"Traceback" not in proc.stderr
 
 
@@ -410,7 +417,7 @@ def test_skip_bad(tmp_path):
     import zstandard
 
     bad = "HloModule m\nENTRY e {\n  ROOT a = f32[2]{0} add(x, \n"
-    data = kernel_stream([kernel_record(0, DOT), kernel_record(1, bad), kernel_record(2, DOT),
+    data = stream_bytes([kernel_record(0, DOT), kernel_record(1, bad), kernel_record(2, DOT),
                           {"v": 1, "type": "kernel", "kernel": "nohlo"}])
     src = tmp_path / "k.zst"
     src.write_bytes(zstandard.ZstdCompressor().compress(data))

@@ -9,12 +9,11 @@ import os
 import pathlib
 
 import pytest
+from test_hlo_split import xla_view  # noqa: E402  (XLA's view of a module)
 
 from tpuperf_cli.errors import ParseError
-from tpuperf_cli.hlo import attrs as A
+from tpuperf_cli.hlo import attrs
 from tpuperf_cli.hlo.parser import parse_file, parse_module, parse_shape
-
-from test_hlo_split import xla_view  # noqa: E402  (XLA's view of a module)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "hlo"
@@ -94,21 +93,21 @@ def test_gpu_style_details():
     gemm = e["gemm"]
     assert gemm.shape.is_tuple and [s.element_type for s in gemm.shape.tuple_shapes] == ["f32", "s8"]
     assert gemm.operands == ["a", "b"]                   # printed with their shapes
-    assert A.string(gemm.attrs["custom_call_target"]) == "__cublas$gemm"
-    cfg = A.backend_config(gemm.attrs["backend_config"])
+    assert attrs.string(gemm.attrs["custom_call_target"]) == "__cublas$gemm"
+    cfg = attrs.backend_config(gemm.attrs["backend_config"])
     assert cfg["gemm_backend_config"]["dot_dimension_numbers"]["lhs_contracting_dimensions"] == ["1"]
-    assert A.known_trip_count(e["loop"].attrs) == 4 and A.known_trip_count(e["loop.2"].attrs) is None
+    assert attrs.known_trip_count(e["loop"].attrs) == 4 and attrs.known_trip_count(e["loop.2"].attrs) is None
     assert e["loop"].called == ["body", "cond"]         # XLA's order: body, condition
     assert e["branch"].called == ["on_true", "on_false"]
     assert e["rowsum"].attrs["control-predecessors"] == "{%loop.2}"
     ds = e["ds"].shape
     assert ds.dims == (16, 8) and ds.dynamic == (True, False)
-    assert A.literal_values(e["big.const"].literal)[:3] == [1, -2.5, math.inf]
-    assert math.isnan(A.literal_values(e["big.const"].literal)[4])
+    assert attrs.literal_values(e["big.const"].literal)[:3] == [1, -2.5, math.inf]
+    assert math.isnan(attrs.literal_values(e["big.const"].literal)[4])
     assert e["result"].is_root and m.entry.root is e["result"]
     assert len(e["result"].shape.tuple_shapes) == 3       # /*index=2*/ comment skipped
     body = m.computations["body"].by_name["v.next"]
-    note = A.backend_config(body.attrs["backend_config"])["fusion_backend_config"]["note"]
+    note = attrs.backend_config(body.attrs["backend_config"])["fusion_backend_config"]["note"]
     assert note == 'braces } { and "quotes" inside'
     # names printed without % parse the same
     w = m.computations["wrapped_negate_computation"]
@@ -134,7 +133,7 @@ def test_stack_frame_sections():
     m = parse_file(str(DATA / "stack_frames.hlo"))
     assert m.sections["FileNames"][0] == '1 "/tmp/x.py"'
     assert len(m.sections["StackFrames"]) == 2
-    assert A.metadata(m.entry.root.attrs["metadata"])["stack_frame_id"] == "2"
+    assert attrs.metadata(m.entry.root.attrs["metadata"])["stack_frame_id"] == "2"
     assert m.entry.root.opcode == "sine"
 
 
@@ -154,7 +153,7 @@ ENTRY main.1 {
     m = parse_module(text)
     root = m.entry.root
     assert root.operands == ["x", "b"]
-    assert A.metadata(root.attrs["metadata"])["op_name"] == "a/*b*/c"
+    assert attrs.metadata(root.attrs["metadata"])["op_name"] == "a/*b*/c"
     xla_view(text)
 
 
@@ -168,8 +167,8 @@ ENTRY %e {{
     m = parse_module(text)
     lit = m.entry.root.literal
     assert lit.startswith("{0.0, 0.5") and lit.endswith("9999.5}")
-    assert A.literal_values(lit, limit=100) is None
-    assert A.literal_values(lit, limit=30000)[-1] == 9999.5
+    assert attrs.literal_values(lit, limit=100) is None
+    assert attrs.literal_values(lit, limit=30000)[-1] == 9999.5
 
 
 # A fused computation, then an ENTRY whose last line is `ROOT %r = f32[2]{0} ` + the rest.
@@ -347,7 +346,7 @@ def test_good_signatures(sig):
 # ---------------------------------------------------------------- attrs
 
 def test_attrs_doctests():
-    result = doctest.testmod(A)
+    result = doctest.testmod(attrs)
     assert result.attempted > 20 and result.failed == 0
 
 
@@ -372,24 +371,24 @@ def test_attrs_on_real_instructions():
         for ins in comp.instructions:
             a = ins.attrs
             if ins.opcode == "convolution":
-                w = A.window(a["window"])
+                w = attrs.window(a["window"])
                 assert [d["stride"] for d in w] == [2, 1]
                 assert [(d["pad_low"], d["pad_high"]) for d in w] == [(1, 1), (0, 2)]
                 assert [d["rhs_dilate"] for d in w] == [1, 2]
-                dims = A.conv_dims(a["dim_labels"])
+                dims = attrs.conv_dims(a["dim_labels"])
                 assert dims["input_feature"] == 3 and dims["kernel_output_feature"] == 3
                 found.add("conv")
             elif ins.opcode == "slice":
-                if A.slice_bounds(a["slice"]) == [(0, 2, 1), (1, 9, 2), (0, 8, 1), (0, 3, 1)]:
+                if attrs.slice_bounds(a["slice"]) == [(0, 2, 1), (1, 9, 2), (0, 8, 1), (0, 3, 1)]:
                     found.add("slice")
             elif ins.opcode == "dynamic-slice":
-                assert A.dynamic_slice_sizes(a["dynamic_slice_sizes"]) == [1, 4, 4, 3]
+                assert attrs.dynamic_slice_sizes(a["dynamic_slice_sizes"]) == [1, 4, 4, 3]
                 found.add("ds")
             elif ins.opcode == "pad":
-                assert A.padding(a["padding"]) == [(0, 0, 0), (1, 2, 1), (0, 0, 0), (0, 0, 0)]
+                assert attrs.padding(a["padding"]) == [(0, 0, 0), (1, 2, 1), (0, 0, 0), (0, 0, 0)]
                 found.add("pad")
             elif ins.opcode == "dot":
-                d = A.dot_dims(a)
+                d = attrs.dot_dims(a)
                 assert d["lhs_batch_dims"] == [0] and d["lhs_contracting_dims"] == [2]
                 assert d["rhs_contracting_dims"] == [1]
                 found.add("dot")
@@ -397,15 +396,15 @@ def test_attrs_on_real_instructions():
 
 
 def test_attrs_errors_are_value_errors():
-    for fn, text in [(A.int_list, "{a}"), (A.padding, "1_2_3_4"), (A.conv_dims, "bf_io"),
-                     (A.slice_bounds, "{0:4}"), (A.boolean, "maybe"), (A.replica_groups, "[2]")]:
+    for fn, text in [(attrs.int_list, "{a}"), (attrs.padding, "1_2_3_4"), (attrs.conv_dims, "bf_io"),
+                     (attrs.slice_bounds, "{0:4}"), (attrs.boolean, "maybe"), (attrs.replica_groups, "[2]")]:
         with pytest.raises(ValueError):
             fn(text)
 
 
 def test_trip_count_in_a_quoted_backend_config():
     # TPU dumps print backend_config as a quoted string
-    attrs = {"backend_config": '"{\\"known_trip_count\\":{\\"n\\":\\"12\\"}}"'}
-    assert A.known_trip_count(attrs) == 12
-    assert A.known_trip_count({"backend_config": '""'}) is None
-    assert A.known_trip_count({"backend_config": '"opaque bytes"'}) is None
+    quoted = {"backend_config": '"{\\"known_trip_count\\":{\\"n\\":\\"12\\"}}"'}
+    assert attrs.known_trip_count(quoted) == 12
+    assert attrs.known_trip_count({"backend_config": '""'}) is None
+    assert attrs.known_trip_count({"backend_config": '"opaque bytes"'}) is None

@@ -349,8 +349,10 @@ def test_not_an_npz_and_missing_paths(tmp_path):
 
 def test_config_features_round_trip_through_bounds():
     row = np.zeros(24, np.float32)
-    row[0:2] = [4, 1]; row[6:8] = [5, 4]                       # kernel_bounds
-    row[8:12] = [16, 5, 1, 2]; row[14:16] = [24, 160]          # output_bounds
+    row[0:2] = [4, 1]                                          # kernel_bounds
+    row[6:8] = [5, 4]
+    row[8:12] = [16, 5, 1, 2]                                  # output_bounds
+    row[14:16] = [24, 160]
     assert tg.config_from_features(row) == {
         "kernel_bounds": [4, 1], "output_bounds": [16, 5, 1, 2], "input_bounds": []}
 
@@ -390,12 +392,12 @@ def test_config_read_back_matches_featurize_layout():
 
 def test_tpugraphs_records_are_model_examples(tmp_path):
     """Graph records from TpuGraphs go to train/predict as they are (no featurize)."""
-    data = pytest.importorskip("tpuperf_cli.model.data")
+    examples = pytest.importorskip("tpuperf_cli.model.examples")
     path = tmp_path / "prog_00000000000000aa.npz"
     make_tile_npz(path, c=3)
     res = _run(["import", "tpugraphs", str(path)])
     recs = _records(res.stdout_bytes)
-    ex = data.example(recs[1], 2, "tile")
+    ex = examples.example(recs[1], 2, "tile")
     assert ex.n == 5 and ex.config_feat.shape == (24,) and ex.kernel_feat.size == 0
     assert (ex.program, ex.kernel) == ("prog", "kernel_00000000000000aa")
     assert ex.runtime == pytest.approx(recs[1]["runtime_ns"])

@@ -5,7 +5,8 @@ import os
 import subprocess
 import sys
 
-from tpuperf_cli.stream import RecordWriter, new_record, read_records
+from tpuperf_cli.records import new_record
+from tpuperf_cli.stream import RecordWriter, read_records
 
 TOOL = [sys.executable, "-m", "tpuperf_cli"]
 

@@ -10,7 +10,10 @@ import time
 
 import pytest
 
-from tpuperf_cli.stream import RecordWriter, new_record, read_records
+from tpuperf_cli.records import new_record
+from tpuperf_cli.stream import read_records
+
+from conftest import stream_bytes
 
 MEASURE = [sys.executable, "-m", "tpuperf_cli", "measure"]
 
@@ -191,13 +194,6 @@ def kernel(name, hlo, index=0, **extra):
                       computation="main", **extra)
 
 
-def stream_bytes(records):
-    buf = io.BytesIO()
-    w = RecordWriter(buf)
-    for r in records:
-        w.write(r)
-    w.flush()
-    return buf.getvalue()
 
 
 def run_measure(args, data, tmp_path, check=True):

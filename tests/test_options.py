@@ -158,7 +158,8 @@ def test_baseline_apply_refuses_a_terminal_too(tmp_path):
 
 
 def test_score_on_a_terminal_prints_its_table(tmp_path):
-    from tpuperf_cli.stream import RecordWriter, new_record
+    from tpuperf_cli.records import new_record
+    from tpuperf_cli.stream import RecordWriter
 
     path = tmp_path / "pred.msgpack"
     with RecordWriter(str(path)) as w:

@@ -5,21 +5,23 @@ import os
 import subprocess
 import sys
 
-import msgpack
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from tpuperf_cli.errors import StreamError, TpuperfError
 from tpuperf_cli.model import default_model_path
-from tpuperf_cli.model.data import example, synthetic_records
-from tpuperf_cli.stream import RecordWriter, new_record, read_records
+from tpuperf_cli.model.examples import example
+from tpuperf_cli.records import new_record
+from tpuperf_cli.stream import RecordWriter, read_records
+
+from conftest import stream_bytes
+from synthetic import synthetic_records
 
 torch = pytest.importorskip("torch")
 
 from tpuperf_cli.model.net import NetConfig  # noqa: E402
-from tpuperf_cli.model.predict import (Model, load_model, predict_batch,  # noqa: E402
-                                       predict_records)
+from tpuperf_cli.model.predict import Model, load_model, predict_batch, predict_records  # noqa: E402
 from tpuperf_cli.model.train import TrainOptions, train  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,13 +42,6 @@ def trained(tmp_path_factory):
     return out
 
 
-def stream(records):
-    buf = io.BytesIO()
-    w = RecordWriter(buf)
-    for r in records:
-        w.write(r)
-    w.flush()
-    return buf.getvalue()
 
 
 def decode(data):
@@ -119,7 +114,7 @@ def test_wrong_kernel_feat_is_a_one_line_error_after_the_good_records(trained, k
         del recs[1]["kernel_feat"]
     else:
         recs[1]["kernel_feat"] = kernel_feat
-    res = run(["--model", str(trained)], stream(recs))
+    res = run(["--model", str(trained)], stream_bytes(recs))
     err = res.stderr.decode()
     assert res.returncode == 1 and "Traceback" not in err, err
     assert err.count("\n") == 1 and err.startswith("predict: error: <stdin>: record 2 (synth0/fusion.1)")
@@ -134,19 +129,19 @@ def test_wrong_kernel_feat_is_a_one_line_error_after_the_good_records(trained, k
 def test_wrong_node_and_config_widths_are_one_line_errors(trained):
     recs = synthetic_records(n_programs=1, kernels=3, seed=13)
     recs[1]["node_feat"] = np.zeros((recs[1]["node_opcode"].size, 139), np.float32)
-    res = run(["--model", str(trained)], stream(recs))
+    res = run(["--model", str(trained)], stream_bytes(recs))
     err = res.stderr.decode()
     assert res.returncode == 1 and "Traceback" not in err and "record 2 (synth0/fusion.1)" in err
     assert "node_feat has shape" in err and len(decode(res.stdout)) == 1
     recs = synthetic_records(n_programs=1, kernels=3, seed=13)
     recs[2]["config_feat"] = np.zeros(23, np.float32)
-    res = run(["--model", str(trained)], stream(recs))
+    res = run(["--model", str(trained)], stream_bytes(recs))
     err = res.stderr.decode()
     assert res.returncode == 1 and "Traceback" not in err and "record 3 (synth0/fusion.2)" in err
     assert "config_feat has 23 values, expected 24" in err and len(decode(res.stdout)) == 2
     recs = synthetic_records(n_programs=1, kernels=3, seed=13)
     recs[1]["kernel_feat"] = {"dtype": "<f4", "data": b"\0" * 20}       # an array map without shape
-    res = run(["--model", str(trained)], stream(recs))
+    res = run(["--model", str(trained)], stream_bytes(recs))
     err = res.stderr.decode()
     assert res.returncode == 1 and "Traceback" not in err and "kernel_feat" in err, err
 
@@ -245,7 +240,7 @@ def test_bad_model_files_say_what_is_wrong_in_one_line(tmp_path, trained):
 
 def test_predict_command_in_a_pipe(trained):
     recs = synthetic_records(n_programs=2, kernels=5, seed=16)
-    res = run(["--model", str(trained)], stream(recs))
+    res = run(["--model", str(trained)], stream_bytes(recs))
     assert res.returncode == 0, res.stderr.decode()
     out = decode(res.stdout)
     assert len(out) == 10 and all(r["pred_ns"] > 0 for r in out)
@@ -267,7 +262,7 @@ def test_predict_command_reads_shards_and_writes_zst(trained, tmp_path):
 
 def test_predict_command_errors(trained, tmp_path):
     kernel = new_record("kernel", program="p", kernel="dot.1", hlo="HloModule m")
-    res = run(["--model", str(trained)], stream([kernel]))
+    res = run(["--model", str(trained)], stream_bytes([kernel]))
     err = res.stderr.decode()
     assert res.returncode == 1 and "predict: error:" in err and "featurize" in err
     assert "Traceback" not in err

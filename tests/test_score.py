@@ -12,8 +12,11 @@ from click.testing import CliRunner
 
 from tpuperf_cli.commands.score import cli
 from tpuperf_cli.errors import StreamError
+from tpuperf_cli.records import new_record
 from tpuperf_cli.score import render_table, score_records
-from tpuperf_cli.stream import RecordWriter, new_record, read_records
+from tpuperf_cli.stream import read_records
+
+from conftest import stream_bytes
 
 SCORE = os.path.join(os.path.dirname(sys.executable), "score")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,13 +30,6 @@ def k(program, kernel, pred, count=1, runtime=None, **extra):
     return r
 
 
-def stream(records):
-    buf = io.BytesIO()
-    w = RecordWriter(buf)
-    for r in records:
-        w.write(r)
-    w.flush()
-    return buf.getvalue()
 
 
 def test_sums_with_counts_and_measured_error():
@@ -68,7 +64,7 @@ def test_missing_pred_and_empty_input_are_clear_errors():
 
 
 def test_formats():
-    data = stream([k("prog", "f1", 2e6, count=2, runtime=4.2e6), k("prog", "f2", 1e3)])
+    data = stream_bytes([k("prog", "f1", 2e6, count=2, runtime=4.2e6), k("prog", "f2", 1e3)])
     r = CliRunner().invoke(cli, ["--format", "json"], input=data)
     assert r.exit_code == 0
     (line,) = r.output.splitlines()
@@ -85,14 +81,14 @@ def test_formats():
 
 
 def test_pipe_default_is_msgpack_and_errors_are_one_line(tmp_path):
-    data = stream([k("prog", "f1", 5.0)])
+    data = stream_bytes([k("prog", "f1", 5.0)])
     res = subprocess.run([SCORE], input=data,
                          capture_output=True, cwd=ROOT)
     assert res.returncode == 0
     (p,) = list(read_records(io.BytesIO(res.stdout)))
     assert p["pred_ns"] == 5.0
     res = subprocess.run([SCORE],
-                         input=stream([new_record("kernel", program="p", kernel="f")]),
+                         input=stream_bytes([new_record("kernel", program="p", kernel="f")]),
                          capture_output=True, cwd=ROOT)
     err = res.stderr.decode()
     assert res.returncode == 1 and err.startswith("score: error:") and "Traceback" not in err
@@ -132,7 +128,7 @@ def test_top_kernels_by_share_of_predicted_time():
 
 
 def test_top_in_every_format():
-    data = stream([k("p", f"f{i}", float(i + 1) * 1000) for i in range(5)])
+    data = stream_bytes([k("p", f"f{i}", float(i + 1) * 1000) for i in range(5)])
     r = CliRunner().invoke(cli, ["--top", "3", "-f", "json"], input=data)
     assert r.exit_code == 0, r.output
     (p,) = [json.loads(line) for line in r.output.splitlines()]
@@ -145,7 +141,7 @@ def test_top_in_every_format():
 
 
 def test_output_file(tmp_path):
-    data = stream([k("p", "f", 1000.0)])
+    data = stream_bytes([k("p", "f", 1000.0)])
     out = tmp_path / "p.json"
     r = CliRunner().invoke(cli, ["-f", "json", "-o", str(out)], input=data)
     assert r.exit_code == 0 and r.output == ""

@@ -4,15 +4,17 @@ import io
 import os
 
 import numpy as np
-
 import pytest
 from click.testing import CliRunner
 
+from tpuperf_cli import metrics
 from tpuperf_cli.cli import tpuperf
 from tpuperf_cli.errors import StreamError
-from tpuperf_cli.eval import metrics
-from tpuperf_cli.stream import RecordWriter, new_record, read_records
+from tpuperf_cli.records import new_record
+from tpuperf_cli.stream import read_records
 from tpuperf_cli.tile.select import top_k
+
+from conftest import stream_bytes
 
 
 def rec(kernel, j, pred, runtime, program="p", **extra):
@@ -20,16 +22,10 @@ def rec(kernel, j, pred, runtime, program="p", **extra):
                       runtime_ns=runtime, **extra)
 
 
-def _stream(records):
-    buf = io.BytesIO()
-    with RecordWriter(buf) as w:
-        for r in records:
-            w.write(r)
-    return buf.getvalue()
 
 
 def _select(records, args):
-    res = CliRunner().invoke(tpuperf, ["select", *args], input=_stream(records))
+    res = CliRunner().invoke(tpuperf, ["select", *args], input=stream_bytes(records))
     return res, (list(read_records(io.BytesIO(res.stdout_bytes))) if res.exit_code == 0 else None)
 
 

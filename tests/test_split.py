@@ -8,8 +8,9 @@ from click.testing import CliRunner
 from tpuperf_cli.commands.baseline import cli as baseline_cli
 from tpuperf_cli.commands.split import cli
 from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.records import new_record
 from tpuperf_cli.split import assign_records, split_units
-from tpuperf_cli.stream import RecordWriter, new_record, read_records
+from tpuperf_cli.stream import RecordWriter, read_records
 
 NAMES = [f"{fam}_{size}_train" for fam in ("gpt", "mlp", "cnn", "vit", "gru") for size in "sml"]
 

@@ -10,17 +10,10 @@ import pytest
 import zstandard
 
 from tpuperf_cli.errors import StreamError
-from tpuperf_cli.stream import (RecordWriter, decode_array, encode_array, new_record,
-                                read_records, require)
+from tpuperf_cli.records import new_record, require
+from tpuperf_cli.stream import RecordWriter, decode_array, encode_array, read_records
 
-
-def _stream(records, compress=False):
-    buf = io.BytesIO()
-    w = RecordWriter(buf, compress=compress)
-    for r in records:
-        w.write(r)
-    w.close()
-    return buf.getvalue()
+from conftest import stream_bytes
 
 
 def test_array_round_trip_is_plain_msgpack():
@@ -43,7 +36,7 @@ def test_big_endian_arrays_are_written_little_endian():
 def test_round_trip_keeps_unknown_fields(compress):
     recs = [new_record("kernel", kernel=f"k{i}", extra={"x": [1, 2]},
                        feat=np.ones((2, 3), np.float32)) for i in range(5)]
-    data = _stream(recs, compress)
+    data = stream_bytes(recs, compress)
     assert data[:4] == b"\x28\xb5\x2f\xfd" if compress else data[:1] != b"\x28"
     back = list(read_records(io.BytesIO(data)))
     assert [r["kernel"] for r in back] == [f"k{i}" for i in range(5)]
@@ -52,12 +45,12 @@ def test_round_trip_keeps_unknown_fields(compress):
 
 
 def test_many_zstd_frames_read_as_one_stream():
-    data = _stream([{"a": 1}], True) + _stream([{"a": 2}], True)
+    data = stream_bytes([{"a": 1}], True) + stream_bytes([{"a": 2}], True)
     assert [r["a"] for r in read_records(io.BytesIO(data))] == [1, 2]
 
 
 def test_truncated_stream_names_record_and_keeps_earlier_ones():
-    data = _stream([{"i": i, "pad": "x" * 100} for i in range(3)])
+    data = stream_bytes([{"i": i, "pad": "x" * 100} for i in range(3)])
     got = []
     with pytest.raises(StreamError, match=r"record 3: stream is truncated"):
         for r in read_records(io.BytesIO(data[:-10]), name="s.msgpack"):
@@ -66,7 +59,7 @@ def test_truncated_stream_names_record_and_keeps_earlier_ones():
 
 
 def test_corrupt_stream_names_record():
-    data = _stream([{"i": 0}]) + b"\xc1garbage"
+    data = stream_bytes([{"i": 0}]) + b"\xc1garbage"
     with pytest.raises(StreamError, match=r"record 2: corrupt"):
         list(read_records(io.BytesIO(data)))
 
@@ -77,7 +70,7 @@ def test_non_map_record_is_an_error():
 
 
 def test_corrupt_zstd_is_an_error():
-    data = _stream([{"i": i} for i in range(100)], True)
+    data = stream_bytes([{"i": i} for i in range(100)], True)
     bad = data[:20] + bytes(b ^ 0xFF for b in data[20:40]) + data[40:]
     with pytest.raises(StreamError):
         list(read_records(io.BytesIO(bad)))
@@ -110,7 +103,7 @@ def test_truncated_zstd_is_an_error_after_the_records_before_the_cut():
     # `head -c` of a .zst file must not pass for a whole one
     rng = np.random.default_rng(0)
     recs = [{"i": i, "pad": rng.bytes(100)} for i in range(3000)]
-    data = _stream(recs, True)
+    data = stream_bytes(recs, True)
     assert len(data) > 300000      # several zstd blocks
     for cut in (5000, len(data) // 2, len(data) - 1):
         got = []
@@ -126,13 +119,13 @@ def test_truncated_zstd_is_an_error_after_the_records_before_the_cut():
 
 def test_truncated_zstd_file_names_the_file(tmp_path):
     path = tmp_path / "t.zst"
-    path.write_bytes(_stream([{"i": i, "pad": "y" * 64} for i in range(50)], True)[:-3])
+    path.write_bytes(stream_bytes([{"i": i, "pad": "y" * 64} for i in range(50)], True)[:-3])
     with pytest.raises(StreamError, match=f"{path}: record .*truncated zstd stream"):
         list(read_records(str(path)))
 
 
 def test_zstd_frames_cut_between_frames_read_whole():
-    one = _stream([{"a": 1}], True)
+    one = stream_bytes([{"a": 1}], True)
     assert list(read_records(io.BytesIO(one + one))) == [{"a": 1}, {"a": 1}]
     with pytest.raises(StreamError, match="truncated zstd stream"):
         list(read_records(io.BytesIO(one + one[:-2])))
@@ -160,7 +153,7 @@ def test_featurize_on_truncated_zstd_exits_nonzero(tmp_path):
     rng = np.random.default_rng(1)
     kernels = list(kernel_records(parse_file(str(hlo))))
     recs = [dict(r, nonce=rng.bytes(64)) for r in kernels * 10]
-    data = _stream(recs, True)
+    data = stream_bytes(recs, True)
     assert len(data) > 5000
     path = tmp_path / "t.zst"
     path.write_bytes(data[:5000])

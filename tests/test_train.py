@@ -9,9 +9,12 @@ import pytest
 from click.testing import CliRunner
 
 from tpuperf_cli.errors import StreamError, TpuperfError
-from tpuperf_cli.model.data import (Corpus, Scaler, example, make_batch, synthetic_records,
-                                    topological_order)
-from tpuperf_cli.stream import RecordWriter, new_record
+from tpuperf_cli.model.data import Corpus, make_batch
+from tpuperf_cli.model.examples import Scaler, example, topological_order
+from tpuperf_cli.records import new_record
+from tpuperf_cli.stream import RecordWriter
+
+from synthetic import synthetic_records
 
 torch = pytest.importorskip("torch")
 
@@ -323,7 +326,7 @@ def test_extended_run_resumes_exactly_too(shards, tmp_path):
 
 
 def test_cosine_tail_decays_from_the_current_rate_to_the_minimum():
-    from tpuperf_cli.model.train import CosineTail
+    from tpuperf_cli.model.resume import CosineTail
 
     class Opt:
         param_groups = [{"lr": 5e-3}]
@@ -383,7 +386,7 @@ def test_architecture_options_train(shards, tmp_path, variant):
 def test_tile_task_learns_to_rank_configs(tmp_path):
     recs = synthetic_records(n_programs=2, kernels=6, configs=6, seed=4)
     paths = write_shards(tmp_path, recs)
-    from tpuperf_cli.eval.metrics import mean_kernel_tau, group_indices
+    from tpuperf_cli.metrics import group_indices, mean_kernel_tau
     from tpuperf_cli.model.predict import load_model
 
     out = tmp_path / "tile.pt"

@@ -13,14 +13,34 @@ come beside it.
 
 import heapq
 import math
+from collections.abc import Iterable, Iterator, Sequence
 
 from tpuperf_cli.errors import StreamError
-from tpuperf_cli.stream import new_record
+from tpuperf_cli.records import (
+    APE,
+    COUNT,
+    COUNT_KNOWN,
+    FUSION_KIND,
+    INDEX,
+    KERNEL,
+    KERNELS,
+    MEASURED,
+    MODEL,
+    OPCODE,
+    PRED_NS,
+    PROGRAM,
+    PROGRAM_RECORD,
+    RUNTIME_NS,
+    TOP,
+    TYPE,
+    Record,
+    locate,
+    new_record,
+)
 
 
 class _Program:
-    __slots__ = ("name", "kernels", "pred", "runtime", "measured", "counts_known", "models", "targets",
-                 "each")
+    __slots__ = ("name", "kernels", "pred", "runtime", "measured", "counts_known", "models", "each")
 
     def __init__(self, name):
         self.name = name
@@ -30,7 +50,6 @@ class _Program:
         self.measured = 0
         self.counts_known = True
         self.models = []
-        self.targets = []
         self.each = []      # per kernel, for --top: (pred x count, order, fields)
 
 
@@ -38,7 +57,7 @@ def _number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def score_records(records, name="input", top=0):
+def score_records(records: Iterable[Record], name: str = "input", top: int = 0) -> Iterator[Record]:
     """Program records from kernel or graph records that carry pred_ns.
 
     Each output record: program, kernels (records read), pred_ns (sum of
@@ -58,33 +77,32 @@ def score_records(records, name="input", top=0):
     """
     programs = {}
     for number, record in enumerate(records, 1):
-        where = f"{name}: record {number}"
-        if record.get("type") == "program":
-            raise StreamError(f"{where}: is already a program record (score reads the kernel or "
-                              f"graph records that predict writes)")
-        pred = record.get("pred_ns")
+        if record.get(TYPE) == PROGRAM_RECORD:
+            raise StreamError(f"{locate(number, name)}: is already a program record (score reads "
+                              f"the kernel or graph records that predict writes)")
+        pred = record.get(PRED_NS)
         if not _number(pred):
-            what = "missing" if "pred_ns" not in record else f"not a number ({pred!r})"
+            what = "missing" if PRED_NS not in record else f"not a number ({pred!r})"
             hint = (" (run featurize and predict first: hlo-split prog.hlo | featurize | predict | score)"
-                    if "pred_ns" not in record else "")
-            raise StreamError(f"{where} ({record.get('program')}/{record.get('kernel')}): "
+                    if PRED_NS not in record else "")
+            raise StreamError(f"{locate(number, name)} ({record.get(PROGRAM)}/{record.get(KERNEL)}): "
                               f"pred_ns is {what}{hint}")
-        count = record.get("count", 1)
+        count = record.get(COUNT, 1)
         if not _number(count) or count < 0:
-            raise StreamError(f"{where}: count is not a non-negative number ({count!r})")
-        program = str(record.get("program", ""))
+            raise StreamError(f"{locate(number, name)}: count is not a non-negative number ({count!r})")
+        program = str(record.get(PROGRAM, ""))
         p = programs.get(program)
         if p is None:
             p = programs[program] = _Program(program)
         p.kernels += 1
         p.pred += float(pred) * count
-        if record.get("count_known") is False:
+        if record.get(COUNT_KNOWN) is False:
             p.counts_known = False
-        rt = record.get("runtime_ns")
+        rt = record.get(RUNTIME_NS)
         if _number(rt) and rt > 0:
             p.runtime += float(rt) * count
             p.measured += 1
-        model = record.get("model")
+        model = record.get(MODEL)
         if model is not None and model not in p.models:
             p.models.append(model)
         if top:
@@ -93,28 +111,28 @@ def score_records(records, name="input", top=0):
         raise StreamError(f"{name}: no records (score reads the records predict writes: "
                           f"hlo-split prog.hlo | featurize | predict | score)")
     for p in programs.values():
-        out = new_record("program", program=p.name, kernels=p.kernels, pred_ns=p.pred,
-                         count_known=p.counts_known)
+        out = new_record(PROGRAM_RECORD, **{PROGRAM: p.name, KERNELS: p.kernels, PRED_NS: p.pred,
+                                            COUNT_KNOWN: p.counts_known})
         if len(p.models) == 1:
-            out["model"] = p.models[0]
+            out[MODEL] = p.models[0]
         elif p.models:
-            out["model"] = p.models
+            out[MODEL] = p.models
         if p.measured == p.kernels and p.kernels:
-            out["runtime_ns"] = p.runtime
-            out["ape"] = 100.0 * abs(p.pred - p.runtime) / p.runtime if p.runtime > 0 else None
+            out[RUNTIME_NS] = p.runtime
+            out[APE] = 100.0 * abs(p.pred - p.runtime) / p.runtime if p.runtime > 0 else None
         elif p.measured:
-            out["measured"] = p.measured
+            out[MEASURED] = p.measured
         if top:
-            out["top"] = [dict(fields, share=100.0 * t / p.pred if p.pred > 0 else None)
+            out[TOP] = [dict(fields, share=100.0 * t / p.pred if p.pred > 0 else None)
                           for t, _, fields in heapq.nlargest(top, p.each)]
         yield out
 
 
 def _kernel_fields(record, pred, count, runtime):
-    return {"kernel": record.get("kernel"), "index": record.get("index"), "count": count,
-            "opcode": record.get("opcode"), "fusion_kind": record.get("fusion_kind"),
-            "pred_ns": float(pred),
-            "runtime_ns": float(runtime) if _number(runtime) and runtime > 0 else None}
+    return {KERNEL: record.get(KERNEL), INDEX: record.get(INDEX), COUNT: count,
+            OPCODE: record.get(OPCODE), FUSION_KIND: record.get(FUSION_KIND),
+            PRED_NS: float(pred),
+            RUNTIME_NS: float(runtime) if _number(runtime) and runtime > 0 else None}
 
 
 def _time(ns):
@@ -134,24 +152,24 @@ def _align(header, rows, left=(0,)):
             for r in [header] + rows]
 
 
-def render_table(programs):
+def render_table(programs: Sequence[Record]) -> str:
     """A text table of program records (for a terminal); programs that carry
     "top" (score_records(top=N)) get their kernel table below."""
     header = ["program", "kernels", "predicted", "measured", "error"]
     rows = []
     for p in programs:
-        rt = p.get("runtime_ns")
-        ape = p.get("ape")
-        rows.append([str(p["program"]), str(p["kernels"]),
-                     _time(p["pred_ns"]) + ("" if p.get("count_known", True) else " +"),
+        rt = p.get(RUNTIME_NS)
+        ape = p.get(APE)
+        rows.append([str(p[PROGRAM]), str(p[KERNELS]),
+                     _time(p[PRED_NS]) + ("" if p.get(COUNT_KNOWN, True) else " +"),
                      _time(rt) if rt is not None else
-                     (f"({p['measured']} of {p['kernels']})" if p.get("measured") else "-"),
+                     (f"({p[MEASURED]} of {p[KERNELS]})" if p.get(MEASURED) else "-"),
                      f"{ape:.1f}%" if ape is not None else "-"])
     lines = _align(header, rows)
-    if any(not p.get("count_known", True) for p in programs):
+    if any(not p.get(COUNT_KNOWN, True) for p in programs):
         lines.append("+ some kernels run an unknown number of times (counted once)")
     for p in programs:
-        if "top" in p:
+        if TOP in p:
             lines += [""] + render_kernels(p)
     return "\n".join(lines) + "\n"
 
@@ -160,26 +178,22 @@ def _count(count):
     return str(int(count)) if float(count).is_integer() else f"{count:.3g}"
 
 
-def render_kernels(program):
+def render_kernels(program: Record) -> list[str]:
     """Lines of a program's "top" kernel table: share of the program's
     predicted time, count, opcode, time per program run (x count)."""
-    top = program["top"]
-    lines = [f"{program['program']}: {len(top)} of {program['kernels']} kernels by share of "
+    top = program[TOP]
+    lines = [f"{program[PROGRAM]}: {len(top)} of {program[KERNELS]} kernels by share of "
              f"predicted time (per program run: time x count)"]
     header = ["share", "count", "opcode", "predicted", "measured", "kernel"]
     rows = []
     for k in top:
-        opcode = str(k.get("opcode") or "?")
-        if k.get("fusion_kind"):
-            opcode += f" ({k['fusion_kind']})"
+        opcode = str(k.get(OPCODE) or "?")
+        if k.get(FUSION_KIND):
+            opcode += f" ({k[FUSION_KIND]})"
         share = k.get("share")
-        rt = k.get("runtime_ns")
-        rows.append([f"{share:.1f}%" if share is not None else "-", _count(k["count"]), opcode,
-                     _time(k["pred_ns"] * k["count"]),
-                     _time(rt * k["count"]) if rt is not None else "-", str(k.get("kernel"))])
+        rt = k.get(RUNTIME_NS)
+        rows.append([f"{share:.1f}%" if share is not None else "-", _count(k[COUNT]), opcode,
+                     _time(k[PRED_NS] * k[COUNT]),
+                     _time(rt * k[COUNT]) if rt is not None else "-", str(k.get(KERNEL))])
     return lines + ["  " + line for line in _align(header, rows, left=(2, 5))]
 
-
-def to_json(program):
-    """A program record as a JSON-friendly dict (it already is one)."""
-    return {k: v for k, v in program.items()}

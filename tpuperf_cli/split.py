@@ -24,7 +24,7 @@ import re
 
 import numpy as np
 
-from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.errors import TpuperfError, read_file
 
 SETS = ("train", "valid", "test")
 
@@ -33,11 +33,9 @@ SETS = ("train", "valid", "test")
 
 def load_split(path):
     """The three program lists of a split file (absent lists are empty)."""
+    text = read_file(path, "r", what="--split")
     try:
-        with open(path) as f:
-            d = json.load(f)
-    except OSError as e:
-        raise TpuperfError(f"--split {path}: {e.strerror}") from None
+        d = json.loads(text)
     except json.JSONDecodeError as e:
         raise TpuperfError(f"--split {path}: not JSON ({e})") from None
     if not isinstance(d, dict) or not all(isinstance(d.get(k, []), list) for k in SETS):

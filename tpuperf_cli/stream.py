@@ -7,14 +7,24 @@ not know are passed through untouched: tools update records, never rebuild
 them.
 """
 
+from __future__ import annotations
+
 import io
 import os
 import sys
+from collections.abc import Iterable, Iterator
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, Union
 
 import msgpack
 
-from tpuperf_cli import SCHEMA_VERSION
-from tpuperf_cli.errors import StreamError, TpuperfError
+from tpuperf_cli.errors import StreamError, open_file
+from tpuperf_cli.records import Record, locate
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# where a stream comes from or goes to: a path, "-" or None (stdin/stdout), or an open file
+Source = Union[str, os.PathLike, IO[bytes], None]
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _CHUNK = 1 << 16
@@ -23,7 +33,7 @@ _MAX_RECORD = 1 << 30
 
 # ---------------------------------------------------------------- arrays
 
-def encode_array(array):
+def encode_array(array: np.ndarray) -> dict:
     """A numpy array as a plain msgpack map."""
     import numpy as np
 
@@ -33,11 +43,11 @@ def encode_array(array):
     return {"dtype": dtype.str, "shape": list(a.shape), "data": a.tobytes()}
 
 
-def is_array(value):
+def is_array(value: Any) -> bool:
     return isinstance(value, dict) and value.keys() >= {"dtype", "shape", "data"}
 
 
-def decode_array(value, field="array"):
+def decode_array(value: Any, field: str = "array") -> np.ndarray:
     """A plain array map back to a numpy array (read-only view of the bytes)."""
     import numpy as np
 
@@ -69,7 +79,7 @@ def _display_name(source):
     return getattr(source, "name", None) or str(source)
 
 
-def open_input(source=None):
+def open_input(source: Source = None) -> BinaryIO:
     """A binary file for a path, `-`/None (stdin) or an open file; zstd is
     detected by its magic number and decompressed on the fly."""
     if source is None or source == "-":
@@ -78,10 +88,7 @@ def open_input(source=None):
                   file=sys.stderr)
         raw = sys.stdin.buffer
     elif isinstance(source, (str, os.PathLike)):
-        try:
-            raw = open(source, "rb")
-        except OSError as e:
-            raise TpuperfError(f"{source}: {e.strerror}") from None
+        raw = open_file(source)
     else:
         raw = source
     buffered = raw if hasattr(raw, "peek") else io.BufferedReader(raw)
@@ -122,7 +129,7 @@ class ZstdReader:
             data = self._obj.unused_data      # the next frame starts here
             self._obj = None
 
-    def read(self, n=-1):
+    def read(self, n: int | None = -1) -> bytes:
         while not self._eof and (n is None or n < 0 or len(self._out) < n):
             chunk = self._raw.read(_CHUNK)
             if not chunk:
@@ -139,11 +146,11 @@ class ZstdReader:
             del self._out[:n]
         return out
 
-    def close(self):
+    def close(self) -> None:
         self._raw.close()
 
 
-def zstd_decompress(data, name):
+def zstd_decompress(data: bytes, name: str) -> bytes:
     """The whole content of zstd data (bytes) of one or more frames; a
     truncated last frame raises StreamError naming `name`."""
     reader = ZstdReader(io.BytesIO(data))
@@ -162,7 +169,7 @@ def zstd_decompress(data, name):
         raise StreamError(f"{name}: cannot decompress zstd data: {e}") from None
 
 
-def what_input_is(head):
+def what_input_is(head: bytes) -> tuple[str, str] | None:
     """For input that is not a record stream, from its first bytes: what it
     looks like and which tool reads it (None when unsure)."""
     text = head.lstrip()
@@ -190,7 +197,7 @@ def _not_records(name, message, head):
     return f"{name}: this is {what}, not a msgpack record stream ({who})"
 
 
-def read_records(source=None, name=None):
+def read_records(source: Source = None, name: str | None = None) -> Iterator[Record]:
     """Yield the records (dicts) of one stream.
 
     A truncated or corrupt stream raises StreamError naming the record number
@@ -207,9 +214,9 @@ def read_records(source=None, name=None):
             try:
                 chunk = f.read(_CHUNK)
             except TruncatedZstd as e:
-                raise StreamError(f"{name}: record {number + 1}: {e}") from None
+                raise StreamError(f"{locate(number + 1, name)}: {e}") from None
             except Exception as e:  # zstd frame errors and the like
-                raise StreamError(f"{name}: record {number + 1}: cannot read stream: {e}") from None
+                raise StreamError(f"{locate(number + 1, name)}: cannot read stream: {e}") from None
             if not chunk:
                 break
             if head is None:
@@ -222,15 +229,15 @@ def read_records(source=None, name=None):
                 except msgpack.OutOfData:
                     break
                 except Exception as e:
-                    message = f"{name}: record {number + 1}: corrupt msgpack data ({e})"
+                    message = f"{locate(number + 1, name)}: corrupt msgpack data ({e})"
                     raise StreamError(_not_records(name, message, head) if number == 0 else message) from None
                 number += 1
                 if not isinstance(record, dict):
-                    message = f"{name}: record {number}: expected a msgpack map, got {type(record).__name__}"
+                    message = f"{locate(number, name)}: expected a msgpack map, got {type(record).__name__}"
                     raise StreamError(_not_records(name, message, head) if number == 1 else message)
                 yield record
         if unpacker.tell() != fed:
-            message = (f"{name}: record {number + 1}: stream is truncated "
+            message = (f"{locate(number + 1, name)}: stream is truncated "
                        f"({fed - unpacker.tell()} bytes of an incomplete record at the end)")
             raise StreamError(_not_records(name, message, head) if number == 0 else message)
     finally:
@@ -238,7 +245,7 @@ def read_records(source=None, name=None):
             f.close()
 
 
-def read_many(sources):
+def read_many(sources: Iterable[Source]) -> Iterator[Record]:
     """Records of several streams in order; no sources means stdin."""
     for source in sources or ["-"]:
         yield from read_records(source)
@@ -253,7 +260,7 @@ class RecordWriter:
     writer leaves a stream that is valid up to the last whole record.
     """
 
-    def __init__(self, target=None, compress=None):
+    def __init__(self, target: Source = None, compress: bool | None = None):
         self._own = False
         if target is None or target == "-":
             raw = sys.stdout.buffer
@@ -274,18 +281,18 @@ class RecordWriter:
         self._packer = msgpack.Packer(use_bin_type=True, default=_default)
         self.count = 0
 
-    def write(self, record):
+    def write(self, record: Record) -> None:
         self._out.write(self._packer.pack(record))
         self.count += 1
 
-    def flush(self):
+    def flush(self) -> None:
         if self._zstd is not None:
             import zstandard
 
             self._zstd.flush(zstandard.FLUSH_FRAME)
         self._raw.flush()
 
-    def close(self):
+    def close(self) -> None:
         if self._zstd is not None:
             self._zstd.close()
             self._zstd = None
@@ -293,22 +300,8 @@ class RecordWriter:
         if self._own:
             self._raw.close()
 
-    def __enter__(self):
+    def __enter__(self) -> RecordWriter:
         return self
 
     def __exit__(self, *exc):
         self.close()
-
-
-def new_record(type_, **fields):
-    """A record of the given type at the current schema version."""
-    return {"v": SCHEMA_VERSION, "type": type_, **fields}
-
-
-def require(record, fields, number=None, name=None):
-    """Raise a clear error if a record lacks any of the given fields."""
-    missing = [f for f in fields if f not in record]
-    if missing:
-        where = f"{name or 'input'}: record {number}" if number is not None else "record"
-        raise StreamError(f"{where}: missing field(s) {', '.join(missing)} "
-                          f"(type {record.get('type', '?')!r})")

@@ -4,8 +4,15 @@ import json
 
 import click
 
-from tpuperf_cli.commands.options import (CONTEXT, baseline_option, output_option, quiet_option,
-                                         record_writer, split_option, text_output)
+from tpuperf_cli.commands.options import (
+    CONTEXT,
+    baseline_option,
+    output_option,
+    quiet_option,
+    record_writer,
+    split_option,
+    text_output,
+)
 
 
 def _inputs(data, files):
@@ -144,13 +151,14 @@ def apply_cmd(baseline_path, files, output):
       featurize < kernels.msgpack | tpuperf baseline apply -b baseline.json > out.msgpack
     """
     from tpuperf_cli.eval import baseline as bl
+    from tpuperf_cli.records import BASELINE_KIND, BASELINE_NS, locate
     from tpuperf_cli.stream import read_many
 
     b = bl.Baseline.load(baseline_path)
     with record_writer(output, "tpuperf eval") as w:
         for number, record in enumerate(read_many(list(files)), 1):
-            record["baseline_kind"] = bl.kernel_kind(record)
-            record["baseline_ns"] = b.predict_record(record, f"record {number}")
+            record[BASELINE_KIND] = bl.kernel_kind(record)
+            record[BASELINE_NS] = b.predict_record(record, locate(number, record=record))
             w.write(record)
 
 

@@ -4,9 +4,18 @@ import os
 
 import click
 
-from tpuperf_cli.commands.options import (CONTEXT, baseline_option, format_option, output_option,
-                                         quiet_option, resolve_model, split_option, text_output)
+from tpuperf_cli.commands.options import (
+    CONTEXT,
+    baseline_option,
+    format_option,
+    output_option,
+    quiet_option,
+    resolve_model,
+    split_option,
+    text_output,
+)
 from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.records import BASELINE_NS, MODEL, PRED_NS, locate
 
 
 def _split_model(spec):
@@ -106,8 +115,9 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
     (a list of {program, kernels, kernels_ge, runtime_ns (measured x count,
     summed), ge: {LABEL: {mape, tau}}, all: {LABEL: {mape, tau}},
     program_error: {LABEL: percent}}) and summary ({ge|all: {LABEL:
-    {median|mean: {mape, tau}}}, program_error: {LABEL: {median, mean}}}); for the tile task programs ({program, kernels, configs,
-    metrics: {LABEL: {tile_ape, tau, top1, top5, top10, ...}}}) and summary
+    {median|mean: {mape, tau}}}, program_error: {LABEL: {median, mean}}});
+    for the tile task programs ({program, kernels, configs, metrics:
+    {LABEL: {tile_ape, tau, top1, top5, top10, ...}}}) and summary
     ({LABEL: {median|mean|pooled: {...}}}). Undefined figures (a constant
     prediction's tau, a program without kernels above the threshold) are
     null in JSON and "-" in tables.
@@ -169,14 +179,14 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
     for label, (_, path) in zip(labels, specs):
         predictions[label] = _run_model(path, d.records, batch_size, note)
     if predicted:
-        missing = [i + 1 for i, r in enumerate(d.records) if "pred_ns" not in r]
+        missing = [i + 1 for i, r in enumerate(d.records) if PRED_NS not in r]
         if missing:
             raise TpuperfError(f"--predicted: {len(missing)} measured records lack pred_ns "
                                f"(first: measured record {missing[0]}); run `predict` first")
-        names = sorted({str(r.get("model", "predicted")) for r in d.records})
+        names = sorted({str(r.get(MODEL, "predicted")) for r in d.records})
         label = names[0] if len(names) == 1 else "predicted"
         label = _unique(list(predictions) + [label])[-1]
-        predictions[label] = np.asarray([float(r["pred_ns"]) for r in d.records])
+        predictions[label] = np.asarray([float(r[PRED_NS]) for r in d.records])
     if not no_baseline:
         base = _baseline(baseline_path, d.records)
         if base is not None:
@@ -217,10 +227,10 @@ def _baseline(path, records):
         from tpuperf_cli.eval.baseline import Baseline
 
         b = Baseline.load(path)
-        return np.asarray([b.predict_record(r, f"measured record {i + 1}")
-                           for i, r in enumerate(records)])
-    if records and all("baseline_ns" in r for r in records):
-        return np.asarray([float(r["baseline_ns"]) for r in records])
+        return np.asarray([b.predict_record(r, locate(i, "measured records", r))
+                           for i, r in enumerate(records, 1)])
+    if records and all(BASELINE_NS in r for r in records):
+        return np.asarray([float(r[BASELINE_NS]) for r in records])
     return None
 
 

@@ -7,6 +7,7 @@ import click
 
 from tpuperf_cli.commands.options import CONTEXT, output_option, quiet_option, record_writer
 from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.records import GRAPH_RECORD, TYPE, locate
 
 
 @click.command("featurize", context_settings=CONTEXT)
@@ -116,7 +117,7 @@ def cli(inputs, output, skip_bad, quiet):
                 try:
                     fields = featurize_kernel(record)
                 except TpuperfError as e:
-                    where = _where(name, number, record)
+                    where = locate(number, name, record)
                     if not skip_bad:
                         raise type(e)(f"{where}: {e}", exit_code=e.exit_code) from None
                     n_skipped += 1
@@ -124,7 +125,7 @@ def cli(inputs, output, skip_bad, quiet):
                         skipped.append(f"{where}: {e}")
                     continue
                 record.update(fields)
-                record["type"] = "graph"
+                record[TYPE] = GRAPH_RECORD
                 writer.write(record)
                 written += 1
                 if progress and written % 256 == 0:
@@ -147,13 +148,3 @@ def cli(inputs, output, skip_bad, quiet):
                 print(f"featurize:   {line}", file=err)
             if n_skipped > len(skipped):
                 print(f"featurize:   ... and {n_skipped - len(skipped)} more", file=err)
-
-
-def _where(name, number, record):
-    kernel = record.get("kernel") if isinstance(record, dict) else None
-    program = record.get("program") if isinstance(record, dict) else None
-    what = f"record {number}"
-    if kernel is not None:
-        what += f" (kernel '{kernel}'"
-        what += f" of program '{program}')" if program is not None else ")"
-    return f"{name}: {what}"

@@ -6,7 +6,7 @@ import sys
 import click
 
 from tpuperf_cli.commands.options import CONTEXT, output_option, quiet_option, record_writer
-from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.errors import TpuperfError, read_file
 
 
 def _read_text(source):
@@ -17,11 +17,7 @@ def _read_text(source):
         data = sys.stdin.buffer.read()
         name = "<stdin>"
     else:
-        try:
-            with open(source, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise TpuperfError(f"{source}: {e.strerror}") from None
+        data = read_file(source)
         name = source
     if data[:4] == b"\x28\xb5\x2f\xfd":
         from tpuperf_cli.stream import zstd_decompress
@@ -169,8 +165,6 @@ def _print_summary(module, program, rows):
     err = sys.stderr
     print(f"{program}: {len(rows)} kernels", file=err)
     print(f"{'index':>5} {'count':>7} {'opcode':<18} {'kind':<8} {'ops':>5}  kernel", file=err)
-    from tpuperf_cli.hlo.split import find_kernels  # noqa: F401  (same order as rows)
-
     by_name = {}
     for comp in module.computations.values():
         for ins in comp.instructions:

@@ -7,8 +7,7 @@ import time
 
 import click
 
-from tpuperf_cli.commands.options import (CONTEXT, output_option, quiet_option, record_writer,
-                                         refuse_terminal)
+from tpuperf_cli.commands.options import CONTEXT, output_option, quiet_option, record_writer, refuse_terminal
 from tpuperf_cli.errors import TpuperfError
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}

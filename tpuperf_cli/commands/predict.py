@@ -5,8 +5,15 @@ import sys
 
 import click
 
-from tpuperf_cli.commands.options import (CONTEXT, AliasOption, model_option, output_option,
-                                         quiet_option, record_writer, refuse_terminal)
+from tpuperf_cli.commands.options import (
+    CONTEXT,
+    AliasOption,
+    model_option,
+    output_option,
+    quiet_option,
+    record_writer,
+    refuse_terminal,
+)
 
 
 @click.command("predict", context_settings=CONTEXT)

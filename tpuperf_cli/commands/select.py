@@ -2,8 +2,14 @@
 
 import click
 
-from tpuperf_cli.commands.options import (CONTEXT, model_option, output_option, quiet_option,
-                                         record_writer, refuse_terminal)
+from tpuperf_cli.commands.options import (
+    CONTEXT,
+    model_option,
+    output_option,
+    quiet_option,
+    record_writer,
+    refuse_terminal,
+)
 from tpuperf_cli.stream import read_many
 
 
@@ -56,9 +62,9 @@ def cli(inputs, k, model, field, slim, output, quiet):
     records = read_many(inputs)
     name = inputs[0] if len(inputs) == 1 else ("input" if inputs else "<stdin>")
     if model:
-        from tpuperf_cli.tile.select import predict_records
+        from tpuperf_cli.model.predict import predict_records
 
-        records = predict_records(records, model, name=name, quiet=quiet)
+        records = predict_records(records, model, name=name, warn=(lambda msg: None) if quiet else None)
     with record_writer(output, "tpuperf eval --predicted") as out:
         for record in sel.top_k(records, k, field=field, name=name):
             out.write(sel.slim(record) if slim else record)

@@ -79,7 +79,8 @@ from tpuperf_cli.errors import TpuperfError
               default="column", show_default=True,
               help="Nodes -> kernel: per-node MLP then sum, column-wise mean & max, LSTM over "
                    "topological order, or a Transformer encoder.")
-@click.option("--heads", type=click.IntRange(1), default=4, show_default=True, help="Attention heads (GAT, Transformer).")
+@click.option("--heads", type=click.IntRange(1), default=4, show_default=True,
+              help="Attention heads (GAT, Transformer).")
 @click.option("--seq-layers", type=click.IntRange(1), default=1, show_default=True,
               help="LSTM / Transformer layers in the reduction.")
 @click.option("--dropout", type=click.FloatRange(0, 1), default=0.0, show_default=True, help="Dropout rate.")

@@ -38,21 +38,23 @@ times share the coefficient "other" (fitted on all kernels), which is also
 used for kinds never seen in training.
 """
 
+from __future__ import annotations
+
 import json
 import math
+from collections.abc import Iterable, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.errors import TpuperfError, read_file
+from tpuperf_cli.records import KERNEL_FEAT, KERNEL_FEATURES, PROGRAM, RUNTIME_NS, TARGET, Record, locate
 from tpuperf_cli.stream import decode_array, is_array
 
 FORMAT = "tpuperf-baseline"
 VERSION = 1
 FORMULA = ("t_ns = overhead_ns + 1e9 * c[kind] * max((flops + transcendentals) / peak_flops, "
            "(bytes_read + bytes_written) / bandwidth)")
-
-# kernel_feat layout written by featurize (tpuperf_cli.features.KERNEL_FEATURES)
-DEFAULT_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "output_bytes")
 
 # Opcodes that do one cheap operation per element: one kind for all of them.
 _ELEMENTWISE = frozenset("""
@@ -71,7 +73,7 @@ copy-done
 _COLLECTIVE_PREFIXES = ("all-", "collective-", "reduce-scatter")
 
 
-def kernel_kind(record):
+def kernel_kind(record: Record) -> str:
     """The kind of a kernel record: "fusion:<fusion_kind>" for fusions, else
     an opcode family (dot, convolution, reduce, elementwise, data-movement,
     collective, custom-call, or the opcode itself)."""
@@ -87,22 +89,14 @@ def kernel_kind(record):
     return opcode
 
 
-def _feature_names():
-    try:
-        from tpuperf_cli.features import KERNEL_FEATURES
-    except ImportError:
-        return DEFAULT_FEATURES
-    return tuple(KERNEL_FEATURES)
-
-
-def cost_features(record, where="record"):
+def cost_features(record: Record, where: str = "record") -> tuple[float, float]:
     """(compute ops, memory bytes) of a graph record from its kernel_feat."""
-    feat = record.get("kernel_feat")
+    feat = record.get(KERNEL_FEAT)
     if feat is None:
         raise TpuperfError(f"{where}: no kernel_feat field (run featurize first)")
-    a = decode_array(feat, "kernel_feat") if is_array(feat) else np.asarray(feat)
+    a = decode_array(feat, KERNEL_FEAT) if is_array(feat) else np.asarray(feat)
     a = np.asarray(a, dtype=np.float64).ravel()
-    names = _feature_names()
+    names = KERNEL_FEATURES
     if a.size < len(names):
         raise TpuperfError(f"{where}: kernel_feat has {a.size} values, expected "
                            f"{len(names)} ({', '.join(names)})")
@@ -121,7 +115,8 @@ class Baseline:
     """A fitted roofline: peak_flops (op/s), bandwidth (B/s), coef per kind,
     overhead_ns per kernel."""
 
-    def __init__(self, peak_flops, bandwidth, coef, info=None, overhead_ns=0.0):
+    def __init__(self, peak_flops: float, bandwidth: float, coef: dict[str, float], info: dict | None = None,
+                 overhead_ns: float = 0.0):
         self.peak_flops = float(peak_flops)
         self.bandwidth = float(bandwidth)
         self.coef = {str(k): float(v) for k, v in coef.items()}
@@ -129,19 +124,19 @@ class Baseline:
         self.info = dict(info or {})
 
     # ------------------------------------------------------------ predict
-    def coefficient(self, kind):
+    def coefficient(self, kind: str) -> float:
         return self.coef.get(kind, self.coef.get("other", 1.0))
 
-    def predict_ns(self, compute, memory, kind):
+    def predict_ns(self, compute: float, memory: float, kind: str) -> float:
         roof = max(compute / self.peak_flops, memory / self.bandwidth, 1.0 / self.bandwidth)
         return self.overhead_ns + 1e9 * self.coefficient(kind) * roof
 
-    def predict_record(self, record, where="record"):
+    def predict_record(self, record: Record, where: str = "record") -> float:
         compute, memory = cost_features(record, where)
         return self.predict_ns(compute, memory, kernel_kind(record))
 
     # ------------------------------------------------------------ files
-    def to_json(self):
+    def to_json(self) -> dict:
         return {
             "format": FORMAT, "v": VERSION, "formula": FORMULA,
             "peak_flops": self.peak_flops, "bandwidth": self.bandwidth,
@@ -151,18 +146,16 @@ class Baseline:
             **self.info,
         }
 
-    def save(self, path):
+    def save(self, path: str) -> None:
         with open(path, "w") as f:
             json.dump(self.to_json(), f, indent=2, sort_keys=False)
             f.write("\n")
 
     @classmethod
-    def load(cls, path):
+    def load(cls, path: str) -> Baseline:
+        text = read_file(path, "r")
         try:
-            with open(path) as f:
-                d = json.load(f)
-        except OSError as e:
-            raise TpuperfError(f"{path}: {e.strerror}") from None
+            d = json.loads(text)
         except json.JSONDecodeError as e:
             raise TpuperfError(f"{path}: not a baseline file (bad JSON: {e})") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:
@@ -177,8 +170,9 @@ class Baseline:
             raise TpuperfError(f"{path}: bad baseline file ({e})") from None
 
 
-def fit(compute, memory, kinds, runtime_ns, peak_flops=None, bandwidth=None, min_kernels=3,
-        overhead=True):
+def fit(compute: ArrayLike, memory: ArrayLike, kinds: Sequence[str], runtime_ns: ArrayLike,
+        peak_flops: float | None = None, bandwidth: float | None = None, min_kernels: int = 3,
+        overhead: bool = True) -> Baseline:
     """Fit a Baseline on measured kernels (arrays of equal length).
 
     peak_flops and bandwidth: both given (per-target constants) or both None
@@ -255,8 +249,8 @@ def fit(compute, memory, kinds, runtime_ns, peak_flops=None, bandwidth=None, min
     return Baseline(peak_flops, bandwidth, coef, info, overhead_ns=t0 * 1e9)
 
 
-def fit_records(records, peak_flops=None, bandwidth=None, min_kernels=3, stats=None,
-                overhead=True):
+def fit_records(records: Iterable[Record], peak_flops: float | None = None, bandwidth: float | None = None,
+                min_kernels: int = 3, stats: dict | None = None, overhead: bool = True) -> Baseline:
     """Fit on an iterable of measured graph records. Records without
     runtime_ns (failed measurements) are skipped and counted in stats."""
     compute, memory, kinds, runtime = [], [], [], []
@@ -264,17 +258,17 @@ def fit_records(records, peak_flops=None, bandwidth=None, min_kernels=3, stats=N
     stats.setdefault("skipped", 0)
     seen = set()
     for number, record in enumerate(records, 1):
-        rt = record.get("runtime_ns")
+        rt = record.get(RUNTIME_NS)
         if rt is None or not rt > 0:
             stats["skipped"] += 1
             continue
-        c, m = cost_features(record, f"record {number}")
+        c, m = cost_features(record, locate(number, record=record))
         compute.append(c)
         memory.append(m)
         kinds.append(kernel_kind(record))
         runtime.append(float(rt))
-        seen.add(record.get("program"))
-        target = record.get("target")
+        seen.add(record.get(PROGRAM))
+        target = record.get(TARGET)
         if isinstance(target, dict):
             key = (target.get("platform"), target.get("device_kind"))
             stats.setdefault("targets", {}).setdefault(key, target)

@@ -15,11 +15,17 @@ One PNG, left to right:
   predictor legend sits above the bars, never on them.
 """
 
+from __future__ import annotations
+
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tpuperf_cli.eval import metrics as m
+from tpuperf_cli import metrics
+
+if TYPE_CHECKING:
+    from tpuperf_cli.eval.report import EvalData
 
 MAX_SCATTER = 4
 _HATCHES = ("", "//", "..", "xx", "\\\\", "++", "--", "oo")
@@ -44,7 +50,7 @@ def _us(ns):
     return np.asarray(ns, dtype=np.float64) / 1000.0
 
 
-def plot(path, data, predictions, result, dpi=120):
+def plot(path: str, data: EvalData, predictions: dict[str, np.ndarray], result: dict, dpi: int = 120) -> None:
     """Write the figure to path (PNG, or any format matplotlib knows by
     extension). data: EvalData; predictions: {label: array}; result: the
     dict from report.evaluate()."""
@@ -58,7 +64,7 @@ def plot(path, data, predictions, result, dpi=120):
     labels = list(predictions)
     scatter = [lab for lab in labels
                if np.all(np.asarray(predictions[lab], dtype=np.float64) > 0)][:MAX_SCATTER]
-    programs = list(m.group_indices(data.program))
+    programs = list(metrics.group_indices(data.program))
     colors = dict(zip(programs, _colors(len(programs))))
     fusion = result["task"] == "fusion"
     thr_ns = result["threshold_ns"] if fusion else 0.0
@@ -136,7 +142,7 @@ def _bars(ax, data, predictions, result, programs, colors):
     width = 0.8 / max(len(labels), 1)
     fusion = result["task"] == "fusion"
     by_prog = {r["program"]: r for r in result["programs"]}
-    idx = m.group_indices(data.program)
+    idx = metrics.group_indices(data.program)
     handles = []
     for j, (lab, grey) in enumerate(zip(labels, _greys(len(labels)))):
         heights, errs, whole = [], [], []
@@ -149,7 +155,7 @@ def _bars(ax, data, predictions, result, programs, colors):
                 true = data.runtime[sel]
                 keep = true >= result["threshold_ns"]
                 if keep.sum() > 1:
-                    ape = m.ape(np.asarray(predictions[lab], dtype=np.float64)[sel][keep], true[keep])
+                    ape = metrics.ape(np.asarray(predictions[lab], dtype=np.float64)[sel][keep], true[keep])
                     errs.append(ape.std(ddof=1) / math.sqrt(ape.size))
                 else:
                     errs.append(0.0)

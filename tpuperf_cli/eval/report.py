@@ -18,12 +18,16 @@ top-1/5/10 slowdown; then median and mean rows over programs and a pooled
 row over all kernels together.
 """
 
+from __future__ import annotations
+
 import json
 import math
+from collections.abc import Iterable
 
 import numpy as np
 
-from tpuperf_cli.eval import metrics as m
+from tpuperf_cli import metrics
+from tpuperf_cli.records import NOISE, RUNTIME_NS, Record
 
 FUSION_FIELDS = ("mape", "tau")
 TILE_FIELDS = ("tile_ape", "tau", "top1", "top5", "top10")
@@ -49,7 +53,7 @@ class EvalData:
     (tile data).
     """
 
-    def __init__(self, records):
+    def __init__(self, records: Iterable[Record]):
         self.program, self.kernel, self.runtime, self.is_default = [], [], [], []
         self.count = []
         self.noise = []
@@ -57,7 +61,7 @@ class EvalData:
         self.skipped = 0
         self.records = []
         for r in records:
-            rt = r.get("runtime_ns")
+            rt = r.get(RUNTIME_NS)
             if rt is None or not isinstance(rt, (int, float)) or not rt > 0:
                 self.skipped += 1
                 continue
@@ -69,7 +73,7 @@ class EvalData:
             c = r.get("count", 1)
             self.count.append(float(c) if isinstance(c, (int, float)) and not isinstance(c, bool)
                               and c >= 0 else 1.0)
-            nz = r.get("noise")
+            nz = r.get(NOISE)
             self.noise.append(float(nz) if isinstance(nz, (int, float)) and
                               not isinstance(nz, bool) else np.nan)
             self.has_config = self.has_config or bool(r.get("config"))
@@ -83,11 +87,11 @@ class EvalData:
     def __len__(self):
         return len(self.runtime)
 
-    def task(self):
+    def task(self) -> str:
         return "tile" if (self.has_config and self.grouped) else "fusion"
 
 
-def default_choice(data):
+def default_choice(data: EvalData) -> tuple[np.ndarray, int]:
     """XLA's own pick as a predictor: 0 for the is_default config, 1 else;
     NaN (no prediction: the kernel is left out) for every config of a kernel
     none of whose configs is marked is_default.
@@ -96,7 +100,7 @@ def default_choice(data):
     """
     pred = np.where(data.is_default, 0.0, 1.0)
     missing = 0
-    for idx in m.group_indices(list(zip(data.program, data.kernel))).values():
+    for idx in metrics.group_indices(list(zip(data.program, data.kernel))).values():
         if not data.is_default[idx].any():
             pred[idx] = np.nan
             missing += 1
@@ -105,7 +109,8 @@ def default_choice(data):
 
 # ---------------------------------------------------------------- evaluate
 
-def evaluate(data, predictions, task=None, threshold_ns=5000.0, choice_only=()):
+def evaluate(data: EvalData, predictions: dict[str, np.ndarray], task: str | None = None,
+             threshold_ns: float = 5000.0, choice_only: Iterable[str] = ()) -> dict:
     """The evaluation as a JSON-able dict.
 
     data: EvalData. predictions: {label: array of predicted ns (or scores,
@@ -130,7 +135,7 @@ def evaluate(data, predictions, task=None, threshold_ns=5000.0, choice_only=()):
 
 
 def _fusion(data, predictions, threshold_ns):
-    groups = m.group_indices(data.program)
+    groups = metrics.group_indices(data.program)
     rows = []
     for program, idx in groups.items():
         true = data.runtime[idx]
@@ -139,50 +144,50 @@ def _fusion(data, predictions, threshold_ns):
                "kernels_ge": int((true >= threshold_ns).sum()),
                "runtime_ns": float((true * count).sum()), "ge": {}, "all": {}, "program_error": {},
                # the labels' own spread (percent, as MAPE): the floor under any MAPE
-               "noise": 100 * m.nanmedian(data.noise[idx][true >= threshold_ns])}
+               "noise": 100 * metrics.nanmedian(data.noise[idx][true >= threshold_ns])}
         for label, pred in predictions.items():
             p = np.asarray(pred, dtype=np.float64)[idx]
-            ge = m.fusion_metrics(p, true, threshold_ns)
-            al = m.fusion_metrics(p, true, 0.0)
+            ge = metrics.fusion_metrics(p, true, threshold_ns)
+            al = metrics.fusion_metrics(p, true, 0.0)
             row["ge"][label] = {"mape": ge["mape"], "tau": ge["tau"]}
             row["all"][label] = {"mape": al["mape"], "tau": al["tau"]}
-            row["program_error"][label] = m.program_error(p, true, count)
+            row["program_error"][label] = metrics.program_error(p, true, count)
         rows.append(row)
     summary = {}
     for which in ("ge", "all"):
         summary[which] = {}
         for label in predictions:
-            med, avg = m.summarize([r[which][label] for r in rows], FUSION_FIELDS)
+            med, avg = metrics.summarize([r[which][label] for r in rows], FUSION_FIELDS)
             summary[which][label] = {"median": med, "mean": avg}
     summary["program_error"] = {
-        label: {"median": m.nanmedian([r["program_error"][label] for r in rows]),
-                "mean": m.nanmean([r["program_error"][label] for r in rows])}
+        label: {"median": metrics.nanmedian([r["program_error"][label] for r in rows]),
+                "mean": metrics.nanmean([r["program_error"][label] for r in rows])}
         for label in predictions}
-    summary["noise"] = {"median": m.nanmedian([r["noise"] for r in rows]),
-                        "mean": m.nanmean([r["noise"] for r in rows])}
+    summary["noise"] = {"median": metrics.nanmedian([r["noise"] for r in rows]),
+                        "mean": metrics.nanmean([r["noise"] for r in rows])}
     return {"threshold_ns": float(threshold_ns), "programs": rows, "summary": summary}
 
 
 def _tile_groups(data, pred, idx):
-    by_kernel = m.group_indices([data.kernel[i] for i in idx])
+    by_kernel = metrics.group_indices([data.kernel[i] for i in idx])
     p = np.asarray(pred, dtype=np.float64)
     return [(p[idx[j]], data.runtime[idx[j]]) for j in by_kernel.values()]
 
 
 def _tile(data, predictions, choice_only):
-    groups = m.group_indices(data.program)
+    groups = metrics.group_indices(data.program)
     rows = []
     for program, idx in groups.items():
         kernels = len(set(data.kernel[i] for i in idx))
         row = {"program": program, "kernels": kernels, "configs": int(idx.size), "metrics": {}}
         for label, pred in predictions.items():
-            r = m.tile_metrics(_tile_groups(data, pred, idx))
+            r = metrics.tile_metrics(_tile_groups(data, pred, idx))
             row["metrics"][label] = _mask(r, label in choice_only)
         rows.append(row)
     summary = {}
     for label, pred in predictions.items():
-        med, avg = m.summarize([r["metrics"][label] for r in rows], TILE_FIELDS)
-        pooled = _mask(m.tile_metrics(_tile_groups_all(data, pred)), label in choice_only)
+        med, avg = metrics.summarize([r["metrics"][label] for r in rows], TILE_FIELDS)
+        pooled = _mask(metrics.tile_metrics(_tile_groups_all(data, pred)), label in choice_only)
         summary[label] = {"median": med, "mean": avg,
                           "pooled": {f: pooled[f] for f in TILE_FIELDS}}
     return {"programs": rows, "summary": summary,
@@ -192,7 +197,7 @@ def _tile(data, predictions, choice_only):
 def _tile_groups_all(data, pred):
     keys = list(zip(data.program, data.kernel))
     p = np.asarray(pred, dtype=np.float64)
-    return [(p[j], data.runtime[j]) for j in m.group_indices(keys).values()]
+    return [(p[j], data.runtime[j]) for j in metrics.group_indices(keys).values()]
 
 
 def _mask(r, choice):
@@ -214,7 +219,7 @@ def _fmt(v, field):
     return f"{v:.1f}" if abs(v) < 1e4 else f"{v:.3g}"
 
 
-def tables(result):
+def tables(result: dict) -> list[tuple[str, list[str], list[list[str]]]]:
     """[(title, header, rows)] for a result of evaluate(); cells are str."""
     labels = result["predictors"]
     out = []
@@ -268,7 +273,7 @@ def tables(result):
     return out
 
 
-def summary_table(result):
+def summary_table(result: dict) -> tuple[str, list[str], list[list[str]]]:
     """(title, header, rows): one row per predictor with the median and mean
     over programs (the compact view for ablations)."""
     labels = result["predictors"]
@@ -310,7 +315,7 @@ def _markdown_table(header, rows):
     return "\n".join(lines)
 
 
-def render(result, fmt="table", summary=False):
+def render(result: dict, fmt: str = "table", summary: bool = False) -> str:
     """The result as text: fmt is "table", "markdown" or "json"; summary:
     only the per-predictor summary table (json: unchanged)."""
     if fmt == "json":

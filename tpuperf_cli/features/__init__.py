@@ -14,7 +14,7 @@ Public API (numpy only; no torch, jax or click):
     KERNEL_FEATURES, NODE_FEATURES (140), CONFIG_FEATURES (24),
     NODE_FEATURE_NAMES, CONFIG_FEATURE_NAMES, NUM_OPCODES
 
-Graph fields (see the brief's record format):
+Graph fields (tpuperf_cli.records.GRAPH_FIELDS):
 
     node_opcode  int32 (n,)       TpuGraphs opcode ids (features.opcodes)
     node_feat    float32 (n, 140) TpuGraphs "Node Features" (features.nodes)
@@ -32,12 +32,33 @@ nodes: the calling node stands for them, and their work counts in
 kernel_feat.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from tpuperf_cli.errors import TpuperfError
-from tpuperf_cli.features.config import CONFIG_FEATURE_NAMES, CONFIG_FEATURES, config_features
-from tpuperf_cli.features.nodes import (NODE_FEATURE_NAMES, NODE_FEATURES, node_features,
-                                        node_row_bytes)
+from tpuperf_cli.features.config import CONFIG_FEATURE_NAMES, config_features
+from tpuperf_cli.features.nodes import NODE_FEATURE_NAMES, node_features, node_row_bytes
 from tpuperf_cli.features.opcodes import NUM_OPCODES, opcode_id, opcode_name
-from tpuperf_cli.hlo.cost import KERNEL_FEATURES
+from tpuperf_cli.records import (
+    CONFIG,
+    CONFIG_FEAT,
+    CONFIG_FEATURES,
+    EDGE_INDEX,
+    GRAPH_FIELDS,
+    HLO,
+    KERNEL_FEAT,
+    KERNEL_FEATURES,
+    NODE_FEAT,
+    NODE_FEATURES,
+    NODE_OPCODE,
+    Record,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from tpuperf_cli.hlo.ir import Computation, Instruction, Module
 
 __all__ = [
     "KERNEL_FEATURES", "NODE_FEATURES", "CONFIG_FEATURES", "NODE_FEATURE_NAMES",
@@ -46,14 +67,12 @@ __all__ = [
     "config_features", "opcode_id", "opcode_name",
 ]
 
-GRAPH_FIELDS = ("node_opcode", "node_feat", "edge_index", "kernel_feat", "config_feat")
-
 
 class FeaturizeError(TpuperfError):
     """A kernel that cannot be featurized (bad HLO, unknown shape, ...)."""
 
 
-def kernel_nodes(module):
+def kernel_nodes(module: Module) -> tuple[list[Instruction], Computation]:
     """(instructions, computation): the nodes of a standalone kernel module,
     in topological order (operands before users)."""
     entry = module.entry
@@ -120,7 +139,7 @@ def _topological(comp):
     return out
 
 
-def featurize_module(module, config=None):
+def featurize_module(module: Module, config: dict | None = None) -> dict[str, np.ndarray]:
     """Graph fields (numpy arrays, see the module docstring) of a parsed
     standalone kernel module. Raises FeaturizeError."""
     import numpy as np
@@ -157,18 +176,18 @@ def featurize_module(module, config=None):
     except ValueError as e:
         raise FeaturizeError(str(e)) from None
     return {
-        "node_opcode": np.array(opcodes, dtype=np.int32),
-        "node_feat": np.frombuffer(bytearray(b"".join(rows)), dtype="<f4").reshape(len(rows), NODE_FEATURES),
-        "edge_index": np.array(edges, dtype=np.int32).reshape(len(edges) // 2, 2),
-        "kernel_feat": np.array([cost[k] for k in KERNEL_FEATURES], dtype=np.float32),
-        "config_feat": np.array(cfg, dtype=np.float32),
+        NODE_OPCODE: np.array(opcodes, dtype=np.int32),
+        NODE_FEAT: np.frombuffer(bytearray(b"".join(rows)), dtype="<f4").reshape(len(rows), NODE_FEATURES),
+        EDGE_INDEX: np.array(edges, dtype=np.int32).reshape(len(edges) // 2, 2),
+        KERNEL_FEAT: np.array([cost[k] for k in KERNEL_FEATURES], dtype=np.float32),
+        CONFIG_FEAT: np.array(cfg, dtype=np.float32),
     }
 
 
 _graph_cache = {}      # hlo text -> graph fields but config_feat (tile data repeats a kernel)
 
 
-def featurize_kernel(record):
+def featurize_kernel(record: Record) -> dict[str, np.ndarray]:
     """Graph fields (numpy arrays) for a kernel record: its "hlo" (a
     standalone HloModule) and optional "config". Raises FeaturizeError or
     ParseError (bad HLO).
@@ -178,10 +197,10 @@ def featurize_kernel(record):
     """
     from tpuperf_cli.hlo.parser import parse_module
 
-    hlo = record.get("hlo")
+    hlo = record.get(HLO)
     if not isinstance(hlo, str) or not hlo.strip():
         raise FeaturizeError("field 'hlo' is missing or not HLO text")
-    config = record.get("config")
+    config = record.get(CONFIG)
     hit = _graph_cache.get(hlo)
     if hit is not None:
         try:
@@ -191,7 +210,7 @@ def featurize_kernel(record):
         import numpy as np
 
         fields = {k: v.copy() for k, v in hit.items()}
-        fields["config_feat"] = np.array(cfg, dtype=np.float32)
+        fields[CONFIG_FEAT] = np.array(cfg, dtype=np.float32)
         return fields
     try:
         module = parse_module(hlo, "hlo")
@@ -204,5 +223,5 @@ def featurize_kernel(record):
         raise FeaturizeError(f"cannot featurize: {type(e).__name__}: {e}") from None
     if len(_graph_cache) >= 16:
         _graph_cache.pop(next(iter(_graph_cache)))
-    _graph_cache[hlo] = {k: v.copy() for k, v in fields.items() if k != "config_feat"}
+    _graph_cache[hlo] = {k: v.copy() for k, v in fields.items() if k != CONFIG_FEAT}
     return fields

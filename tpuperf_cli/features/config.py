@@ -9,13 +9,13 @@ length are 0, and an empty (or absent) list has sum 0 and product 0. A record
 without a tile configuration gets 24 zeros.
 """
 
-CONFIG_FEATURES = 24
-BOUND_KEYS = ("kernel_bounds", "output_bounds", "input_bounds")
+from tpuperf_cli.records import BOUND_KEYS, BOUND_SLOTS, CONFIG_FEATURES
+
 CONFIG_FEATURE_NAMES = tuple(
-    f"{key}_{s}" for key in BOUND_KEYS for s in (*range(6), "sum", "product"))
+    f"{key}_{s}" for key in BOUND_KEYS for s in (*range(BOUND_SLOTS), "sum", "product"))
 
 
-def config_features(config):
+def config_features(config: dict | None) -> list[float]:
     """24 floats for a record's "config" map (None or {} -> zeros).
 
     Raises ValueError when a bound list is not a list of integers.
@@ -30,13 +30,13 @@ def config_features(config):
         if not isinstance(values, (list, tuple)) or not all(
                 isinstance(v, int) and not isinstance(v, bool) for v in values):
             raise ValueError(f"config.{key} must be a list of integers, got {values!r}")
-        base = 8 * g
-        for i, v in enumerate(values[:6]):
+        base = (BOUND_SLOTS + 2) * g
+        for i, v in enumerate(values[:BOUND_SLOTS]):
             out[base + i] = float(v)
         if values:
             p = 1
             for v in values:
                 p *= v
-            out[base + 6] = float(sum(values))
-            out[base + 7] = float(p)
+            out[base + BOUND_SLOTS] = float(sum(values))
+            out[base + BOUND_SLOTS + 1] = float(p)
     return out

@@ -41,9 +41,9 @@ rank-1..0), as XLA's HLO parser gives it; tuples and tokens have no layout
 (zeros). TPU tiles (`T(8,128)`) are not part of the 140 features.
 """
 
-from tpuperf_cli.hlo import attrs as A
-
-NODE_FEATURES = 140
+from tpuperf_cli.hlo import attrs
+from tpuperf_cli.hlo.ir import Instruction, Shape
+from tpuperf_cli.records import NODE_FEATURES
 
 _ELEMENT_TYPES = ("invalid", "pred", "s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64",
                   "f16", "f32", "f64", "bf16", "c64", "c128", "tuple", "opaque", "token")
@@ -138,7 +138,7 @@ def _put_list(row, start, values, k):
 _shape_cache = {}
 
 
-def shape_features(shape):
+def shape_features(shape: Shape) -> dict[int, float]:
     """{index: value} of the shape-dependent features (element type, dims,
     tuple size, layout) of an ir.Shape; cached by the shape's text."""
     key = shape.text
@@ -196,7 +196,7 @@ def _cached(kind, text, decode):
 
 def _window_items(text):
     row = list(EMPTY_ROW)
-    dims = A.window(text)
+    dims = attrs.window(text)
     for g, key in enumerate(("size", "stride", "pad_low", "pad_high", "rhs_dilate",
                              "lhs_dilate")):
         _put_seq(row, WINDOW + 8 * g, [d[key] for d in dims], 6)
@@ -208,7 +208,7 @@ def _window_items(text):
 
 
 def _conv_items(text):
-    d = A.conv_dims(text)
+    d = attrs.conv_dims(text)
     row = [0.0] * NODE_FEATURES
     row[CONV_DIMS] = d["input_batch"]
     row[CONV_DIMS + 1] = d["input_feature"]
@@ -223,7 +223,7 @@ def _conv_items(text):
 
 def _slice_items(text):
     row = list(EMPTY_ROW)
-    b = A.slice_bounds(text)
+    b = attrs.slice_bounds(text)
     _put_seq(row, SLICE, [x[0] for x in b], 2)
     _put_seq(row, SLICE + 4, [x[2] for x in b], 2)
     _put_seq(row, SLICE + 8, [x[1] for x in b], 2)
@@ -232,26 +232,26 @@ def _slice_items(text):
 
 def _dss_items(text):
     row = list(EMPTY_ROW)
-    _put_seq(row, DYNAMIC_SLICE_SIZES, A.dynamic_slice_sizes(text), 2)
+    _put_seq(row, DYNAMIC_SLICE_SIZES, attrs.dynamic_slice_sizes(text), 2)
     return tuple((i, row[i]) for i in range(DYNAMIC_SLICE_SIZES, DYNAMIC_SLICE_SIZES + 4))
 
 
 def _pad_items(text):
     row = list(EMPTY_ROW)
-    p = A.padding(text)
+    p = attrs.padding(text)
     _put_seq(row, PADDING, [x[0] for x in p], 2)
     _put_seq(row, PADDING + 4, [x[1] for x in p], 2)
     return tuple((i, row[i]) for i in range(PADDING, PADDING + 8))
 
 
 def _dims_items(text):
-    return tuple((DIMENSIONS + i, float(v)) for i, v in enumerate(A.int_list(text)[:6]) if v)
+    return tuple((DIMENSIONS + i, float(v)) for i, v in enumerate(attrs.int_list(text)[:6]) if v)
 
 
 _GROUP_COUNT_OPS = frozenset({"convolution", "custom-call"})
 
 
-def node_features(ins, is_root=None):
+def node_features(ins: Instruction, is_root: bool | None = None) -> list[float]:
     """The 140 TpuGraphs features of one ir.Instruction, as a list of floats.
 
     is_root defaults to ins.is_root. Raises ValueError for attribute text
@@ -305,7 +305,7 @@ def node_features(ins, is_root=None):
     return row
 
 
-def feature_name(index):
+def feature_name(index: int) -> str:
     """The TpuGraphs name of a node feature index (0..139)."""
     return NODE_FEATURE_NAMES[index]
 
@@ -319,7 +319,7 @@ _ROW_ATTRS = ("dimensions", "iota_dimension", "window", "dim_labels", "feature_g
 _row_cache = {}
 
 
-def node_row_bytes(ins, is_root):
+def node_row_bytes(ins: Instruction, is_root: bool) -> bytes:
     """node_features(ins, is_root) as 560 bytes of little-endian float32,
     cached by everything the row depends on (featurize joins these)."""
     a = ins.attrs

@@ -59,11 +59,11 @@ OPCODE_NAMES = {i: name for name, i in OPCODE_IDS.items()}
 NUM_OPCODES = max(OPCODE_IDS.values()) + 1   # size of an embedding table: ids 0..138
 
 
-def opcode_id(name):
+def opcode_id(name: str) -> int:
     """The id of an HLO opcode name ("add", "custom-call", ...); 0 if unknown."""
     return OPCODE_IDS.get(name, UNKNOWN)
 
 
-def opcode_name(i):
+def opcode_name(i: int) -> str:
     """The opcode name of an id, or "unknown"."""
     return OPCODE_NAMES.get(int(i), "unknown")

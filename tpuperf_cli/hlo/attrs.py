@@ -13,6 +13,9 @@ together) and raises ValueError on text it cannot read.
 import json
 import re
 
+# an instruction's attributes as the parser keeps them: {key: raw text}
+Attrs = dict[str, str]
+
 __all__ = [
     "int_list", "int_lists", "replica_groups", "window", "padding", "slice_bounds",
     "conv_dims", "dot_dims", "gather_dims", "scatter_dims", "dynamic_slice_sizes",
@@ -23,7 +26,7 @@ __all__ = [
 _RE_INT = re.compile(r"-?\d+")
 
 
-def int_list(text):
+def int_list(text: str) -> list[int]:
     """`{1,2}` (or `1,2`, `{}`) -> [1, 2].
 
     >>> int_list("{0,2}")
@@ -43,7 +46,7 @@ def int_list(text):
         raise ValueError(f"expected a list of integers like {{1,2}}, got {text!r}") from None
 
 
-def int_lists(text):
+def int_lists(text: str) -> list[list[int]]:
     """`{{0,1},{2,3}}` -> [[0, 1], [2, 3]] (one level of nesting).
 
     >>> int_lists("{{0,1},{2,3}}")
@@ -57,7 +60,7 @@ def int_lists(text):
     return [int_list(g) for g in re.findall(r"\{[^{}]*\}", t[1:-1])]
 
 
-def replica_groups(text):
+def replica_groups(text: str) -> list[list[int]]:
     """replica_groups in either printed form -> list of lists of ids.
 
     The explicit form `{{0,1},{2,3}}`, or the iota form
@@ -100,7 +103,7 @@ def replica_groups(text):
     return [ids[i * s:(i + 1) * s] for i in range(g)]
 
 
-def window(text):
+def window(text: str) -> list[dict]:
     """A window attribute -> one dict per spatial dimension.
 
     Keys: size, stride, pad_low, pad_high, lhs_dilate, rhs_dilate (all int,
@@ -141,7 +144,7 @@ def window(text):
     return dims
 
 
-def padding(text):
+def padding(text: str) -> list[tuple[int, int, int]]:
     """A pad instruction's padding config -> [(low, high, interior), ...].
 
     >>> padding("0_0x1_1_2")
@@ -163,7 +166,7 @@ def padding(text):
     return out
 
 
-def slice_bounds(text):
+def slice_bounds(text: str) -> list[tuple[int, int, int]]:
     """A slice attribute -> [(start, limit, stride), ...].
 
     >>> slice_bounds("{[0:4], [2:8:2]}")
@@ -177,7 +180,7 @@ def slice_bounds(text):
     return out
 
 
-def conv_dims(text):
+def conv_dims(text: str) -> dict:
     """dim_labels of a convolution -> its dimension numbers.
 
     `b01f_01io->b01f`: b/f are batch and feature, i/o the kernel's input and
@@ -215,7 +218,7 @@ def _lists(attrs, keys):
     return {k: int_list(attrs[k]) if k in attrs else [] for k in keys}
 
 
-def dot_dims(attrs):
+def dot_dims(attrs: Attrs) -> dict[str, list[int]]:
     """A dot's dimension numbers from its attrs dict.
 
     >>> dot_dims({"lhs_contracting_dims": "{1}", "rhs_contracting_dims": "{0}"})
@@ -225,7 +228,7 @@ def dot_dims(attrs):
                           "rhs_batch_dims", "rhs_contracting_dims"))
 
 
-def gather_dims(attrs):
+def gather_dims(attrs: Attrs) -> dict:
     """A gather's dimension numbers and slice sizes from its attrs dict.
 
     >>> g = gather_dims({"offset_dims": "{1,2}", "collapsed_slice_dims": "{}",
@@ -240,7 +243,7 @@ def gather_dims(attrs):
     return out
 
 
-def scatter_dims(attrs):
+def scatter_dims(attrs: Attrs) -> dict:
     """A scatter's dimension numbers from its attrs dict.
 
     >>> s = scatter_dims({"update_window_dims": "{1}", "inserted_window_dims": "{0}",
@@ -255,7 +258,7 @@ def scatter_dims(attrs):
     return out
 
 
-def dynamic_slice_sizes(text):
+def dynamic_slice_sizes(text: str) -> list[int]:
     """dynamic_slice_sizes={2,4} -> [2, 4].
 
     >>> dynamic_slice_sizes("{2,4}")
@@ -264,7 +267,7 @@ def dynamic_slice_sizes(text):
     return int_list(text)
 
 
-def string(text):
+def string(text: str) -> str:
     """A quoted attribute value -> the Python string (escapes undone).
 
     >>> string('"__cublas$gemm"')
@@ -281,7 +284,7 @@ def string(text):
     return t
 
 
-def backend_config(text):
+def backend_config(text: str | None) -> dict | str:
     """backend_config as JSON (`{...}`) or a quoted string -> a dict where it
     is JSON, else the string ("" for none).
 
@@ -305,7 +308,7 @@ def backend_config(text):
     return t
 
 
-def known_trip_count(attrs):
+def known_trip_count(attrs: Attrs) -> int | None:
     """The trip count XLA recorded on a while op, or None when unknown.
 
     >>> known_trip_count({"backend_config": '{"known_trip_count":{"n":"10"}}'})
@@ -335,7 +338,7 @@ def _key_values(text):
     return out
 
 
-def metadata(text):
+def metadata(text: str) -> dict[str, str]:
     """metadata={op_type="Relu" op_name="a/b" source_line=3} -> dict of strings.
 
     >>> metadata('{op_type="Relu" op_name="a/b" source_line=3}')
@@ -344,7 +347,7 @@ def metadata(text):
     return _key_values(text)
 
 
-def frontend_attributes(text):
+def frontend_attributes(text: str) -> dict[str, str]:
     """frontend_attributes={_xla_stream="1",k="v"} -> dict of strings.
 
     >>> frontend_attributes('{_xla_stream="1",k="v"}')
@@ -353,7 +356,7 @@ def frontend_attributes(text):
     return _key_values(text)
 
 
-def boolean(text):
+def boolean(text: str) -> bool:
     """true/false attribute values -> bool.
 
     >>> boolean("true")
@@ -369,7 +372,7 @@ _RE_LITERAL_ITEM = re.compile(r"[-+]?(?:inf|nan(?:\([^)]*\))?|\d[\w.+\-]*|\.\d[\
                               re.I)
 
 
-def literal_values(text, limit=4096):
+def literal_values(text: str, limit: int = 4096) -> list | None:
     """A constant's literal -> flat list of its values (row-major), or None
     when it has more than `limit` values or cannot be read.
 

@@ -44,9 +44,9 @@ Arrays count element bytes only (no tuple pointer tables).
     (1024, 768, 128)
 """
 
-from tpuperf_cli.hlo import attrs as A
-
-KERNEL_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "output_bytes")
+from tpuperf_cli.hlo import attrs
+from tpuperf_cli.hlo.ir import Computation, Instruction, Module, Shape
+from tpuperf_cli.records import KERNEL_FEATURES
 
 TRANSCENDENTAL = frozenset({
     "exponential", "log", "logistic", "power", "sqrt", "cbrt", "rsqrt", "tanh", "sine",
@@ -67,13 +67,6 @@ ELEMENTWISE = frozenset({
 
 class CostError(ValueError):
     """An instruction the analysis cannot cost (missing operand, bad attribute)."""
-
-
-def _elements(shape):
-    n = 1
-    for d in shape.dims:
-        n *= d
-    return n
 
 
 def _log2_ceil(n):
@@ -128,7 +121,7 @@ class _Analysis:
         """(flops, transcendentals) of one instruction."""
         op = ins.opcode
         if op in ELEMENTWISE:
-            n = _elements(ins.shape)
+            n = ins.shape.num_elements()
             return (0, n) if op in TRANSCENDENTAL else (n, 0)
         handler = _HANDLERS.get(op)
         if handler is None:
@@ -197,18 +190,18 @@ def _users(comp):
 def _dot(an, comp, ins):
     lhs = an._operand(comp, ins, 0)
     width = 1
-    for d in A.int_list(ins.attrs.get("lhs_contracting_dims", "{}")):
+    for d in attrs.int_list(ins.attrs.get("lhs_contracting_dims", "{}")):
         width *= lhs.dims[d]
-    return 2 * _elements(ins.shape) * width, 0
+    return 2 * ins.shape.num_elements() * width, 0
 
 
-def conv_flops(ins, lhs, rhs, out):
+def conv_flops(ins: Instruction, lhs: Shape, rhs: Shape, out: Shape) -> int:
     """XLA's GetConvolutionFlops for a convolution with these shapes."""
     a = ins.attrs
-    d = A.conv_dims(a["dim_labels"]) if "dim_labels" in a else None
+    d = attrs.conv_dims(a["dim_labels"]) if "dim_labels" in a else None
     if d is None:
         raise CostError(f"convolution '{ins.name}' has no dim_labels")
-    window = A.window(a["window"]) if "window" in a else []
+    window = attrs.window(a["window"]) if "window" in a else []
     fgc = int(a.get("feature_group_count", "1"))
     bgc = int(a.get("batch_group_count", "1"))
     input_feature = lhs.dims[d["input_feature"]]
@@ -261,18 +254,18 @@ def _reduce(an, comp, ins):
     f, t = an._callee(ins, "to_apply")
     arg = an._operand(comp, ins, 0)
     out = ins.shape.tuple_shapes[0] if ins.shape.is_tuple else ins.shape
-    n = _elements(arg) - _elements(out)
+    n = arg.num_elements() - out.num_elements()
     return f * n, t * n
 
 
 def _reduce_window(an, comp, ins):
     f, t = an._callee(ins, "to_apply")
-    window = A.window(ins.attrs.get("window", "{}"))
+    window = attrs.window(ins.attrs.get("window", "{}"))
     wcount = 1
     for w in window:
         wcount *= w["size"]
     out = ins.shape.tuple_shapes[0] if ins.shape.is_tuple else ins.shape
-    out_n = _elements(out)
+    out_n = out.num_elements()
     n = (wcount - 1) * out_n
     reducing = [w for w in window if w["size"] != 1]
     padded = [w for w in window if w["pad_low"] != 0 or w["pad_high"] != 0]
@@ -290,9 +283,9 @@ def _reduce_window(an, comp, ins):
 def _select_and_scatter(an, comp, ins):
     sf, st = an._callee(ins, "select")
     cf, ct = an._callee(ins, "scatter")
-    source = _elements(an._operand(comp, ins, 1))
+    source = an._operand(comp, ins, 1).num_elements()
     wcount = 1
-    for w in A.window(ins.attrs.get("window", "{}")):
+    for w in attrs.window(ins.attrs.get("window", "{}")):
         wcount *= w["size"]
     sel = source * (wcount - 1)
     return sf * sel + cf * source, st * sel + ct * source
@@ -300,7 +293,7 @@ def _select_and_scatter(an, comp, ins):
 
 def _map(an, comp, ins):
     f, t = an._callee(ins, "to_apply")
-    n = _elements(ins.shape)
+    n = ins.shape.num_elements()
     return f * n, t * n
 
 
@@ -309,12 +302,12 @@ def _scatter(an, comp, ins):
     # operands: inputs..., indices, updates... (as many updates as inputs)
     n_inputs = (len(ins.operands) - 1) // 2
     updates = an._operand(comp, ins, n_inputs + 1)
-    n = _elements(updates)
+    n = updates.num_elements()
     return f * n, t * n
 
 
 def _sort(an, comp, ins):
-    n = _elements(an._operand(comp, ins, 0))
+    n = an._operand(comp, ins, 0).num_elements()
     return n * _log2_ceil(n), 0
 
 
@@ -323,32 +316,32 @@ def _fft(an, comp, ins):
     if shape.is_tuple:
         shape = shape.tuple_shapes[0]
     factors = 1
-    for d in A.int_list(ins.attrs.get("fft_length", "{}")):
+    for d in attrs.int_list(ins.attrs.get("fft_length", "{}")):
         factors *= _log2_floor(d)
-    return 2 * 4 * factors * _elements(shape), 0
+    return 2 * 4 * factors * shape.num_elements(), 0
 
 
 def _triangular_solve(an, comp, ins):
     a = an._operand(comp, ins, 0)
     b = an._operand(comp, ins, 1)
-    return 2 * a.dims[-1] * _elements(b), 0
+    return 2 * a.dims[-1] * b.num_elements(), 0
 
 
 def _cholesky(an, comp, ins):
     a = an._operand(comp, ins, 0)
-    return a.dims[-1] * _elements(a) // 3, 0
+    return a.dims[-1] * a.num_elements() // 3, 0
 
 
 def _rng(an, comp, ins):
-    return 0, _elements(ins.shape)
+    return 0, ins.shape.num_elements()
 
 
 def _rng_bit_generator(an, comp, ins):
-    return 0, sum(_elements(s) for s in ins.shape.leaves())
+    return 0, sum(s.num_elements() for s in ins.shape.leaves())
 
 
 def _all_reduce(an, comp, ins):
-    return sum(_elements(s) for s in ins.shape.leaves()), 0
+    return sum(s.num_elements() for s in ins.shape.leaves()), 0
 
 
 def _fusion(an, comp, ins):
@@ -379,7 +372,7 @@ _HANDLERS = {
 # ------------------------------------------------------------ bytes of a kernel
 
 def _transpose_is_bitcast(ins, operand):
-    perm = A.int_list(ins.attrs.get("dimensions", "{}"))
+    perm = attrs.int_list(ins.attrs.get("dimensions", "{}"))
     out_m2m = ins.shape.minor_to_major
     in_m2m = operand.minor_to_major
     rank = len(ins.shape.dims)
@@ -395,7 +388,7 @@ def _transpose_is_bitcast(ins, operand):
 def _large_constant_bytes(comp):
     total = 0
     for i in comp.instructions:
-        if i.opcode == "constant" and i.shape.is_array and _elements(i.shape) > 1:
+        if i.opcode == "constant" and i.shape.is_array and i.shape.num_elements() > 1:
             total += i.shape.byte_size()
     return total
 
@@ -456,19 +449,19 @@ def _kernel_bytes(an, comp, ins):
 
 # ------------------------------------------------------------ public
 
-def kernel_instruction(module):
+def kernel_instruction(module: Module) -> tuple[Computation, Instruction]:
     """The instruction a standalone kernel module runs: its ENTRY root."""
     if module.entry is None or module.entry.root is None:
         raise CostError("the module has no ENTRY computation with a ROOT instruction")
     return module.entry, module.entry.root
 
 
-def kernel_cost(module):
+def kernel_cost(module: Module) -> dict[str, int | float]:
     """Static cost of a standalone kernel module (an ir.Module whose ENTRY
     runs one kernel, as hlo-split writes them).
 
-    Returns {"flops", "transcendentals", "bytes_read", "bytes_written",
-    "output_bytes"} (ints, floats for the halves of triangular-solve and
+    Returns {KERNEL_FEATURES: "flops", "transcendentals", "bytes_read",
+    "bytes_written", "output_bytes"} (ints, floats for the halves of triangular-solve and
     cholesky). flops and transcendentals are summed over every instruction
     of the ENTRY computation (parameters cost nothing), as XLA's
     HloCostAnalysis sums them; the bytes are those of the ENTRY root.
@@ -488,11 +481,10 @@ def kernel_cost(module):
         r, w = _kernel_bytes(an, comp, ins)
         read += r
         written += w
-    return {"flops": flops, "transcendentals": trans, "bytes_read": read,
-            "bytes_written": written, "output_bytes": root.shape.byte_size()}
+    return dict(zip(KERNEL_FEATURES, (flops, trans, read, written, root.shape.byte_size())))
 
 
-def computation_cost(module, name):
+def computation_cost(module: Module, name: str) -> tuple[int | float, int | float]:
     """(flops, transcendentals) of one computation of a module, summed over
     its instructions (what XLA charges for one run of it)."""
     return _Analysis(module).computation(name)

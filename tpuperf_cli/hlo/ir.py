@@ -6,6 +6,9 @@ analysis read them. Attribute values are kept as the raw text XLA printed
 tool needs into numbers.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 # Bytes per element, by XLA primitive type name as it appears in HLO text.
@@ -16,6 +19,51 @@ ELEMENT_BYTES = {
     "f8e5m2": 1, "f8e4m3fn": 1, "f8e4m3b11fnuz": 1, "f8e5m2fnuz": 1,
     "f8e4m3fnuz": 1, "f8e4m3": 1, "f8e3m4": 1, "f4e2m1fn": 1, "f8e8m0fnu": 1,
 }
+
+
+# Every opcode XLA's HloOpcode knows (xla/hlo/ir/hlo_opcode.h).
+OPCODES = frozenset("""
+abs acos acosh add add-dependency after-all all-gather all-gather-done
+all-gather-start all-reduce all-reduce-done all-reduce-start all-to-all and asin
+asinh async-done async-start async-update atan atan2 atanh batch-norm-grad
+batch-norm-inference batch-norm-training bitcast bitcast-convert broadcast call
+cbrt ceil cholesky clamp count-leading-zeros collective-broadcast
+collective-permute collective-permute-done collective-permute-start
+collective-reduce compare complex concatenate conditional constant convert
+convolution copy copy-done copy-start cosine cosh custom-call divide domain dot
+dynamic-reshape dynamic-slice dynamic-update-slice erf exponential
+exponential-minus-one fft floor fusion gather get-dimension-size
+get-tuple-element imag infeed iota is-finite log log-plus-one logistic map
+maximum minimum mulhi multiply negate not opt-barrier or outfeed pad parameter
+partition-id popcnt power ragged-all-to-all ragged-dot real recv recv-done
+reduce reduce-precision reduce-scatter reduce-window remainder replica-id
+reshape reverse rng rng-bit-generator rng-get-and-update-state
+round-nearest-afz round-nearest-even rsqrt scaled-dot scan scatter select
+select-and-scatter send send-done set-dimension-size shift-left
+shift-right-arithmetic shift-right-logical shuffle sign sine sinh slice sort
+sqrt stochastic-convert subtract tan tanh topk transpose triangular-solve tuple
+while xor
+""".split())
+
+# Element types a shape may have besides the numeric ones in ELEMENT_BYTES.
+ELEMENT_TYPES = frozenset(ELEMENT_BYTES) | {"token", "opaque", "s1", "u1"}
+
+# Attributes whose value names computations, and so build the call graph.
+CALL_ATTRS = ("calls", "to_apply", "body", "condition", "branch_computations",
+              "called_computations", "true_computation", "false_computation",
+              "select", "scatter")
+
+
+def async_base(opcode: str) -> str | None:
+    """For XLA's async sugar (`negate-start`, `fusion-update`,
+    `custom-call-done`: an async-start/-update/-done wrapping one op), the
+    wrapped opcode; None for any other opcode."""
+    for suffix in ("-start", "-update", "-done"):
+        if opcode.endswith(suffix):
+            base = opcode[: -len(suffix)]
+            if base in OPCODES:
+                return base
+    return None
 
 
 @dataclass
@@ -37,24 +85,24 @@ class Shape:
     text: str = field(default=None, compare=False, repr=False)
 
     @property
-    def is_tuple(self):
+    def is_tuple(self) -> bool:
         return self.element_type == "tuple"
 
     @property
-    def is_array(self):
+    def is_array(self) -> bool:
         return self.element_type not in ("tuple", "token")
 
     @property
-    def rank(self):
+    def rank(self) -> int:
         return len(self.dims)
 
-    def num_elements(self):
+    def num_elements(self) -> int:
         n = 1
         for d in self.dims:
             n *= d
         return n
 
-    def byte_size(self):
+    def byte_size(self) -> int:
         """Bytes of the array, or the sum over a tuple's leaves (as XLA's
         cost analysis counts them, without pointer tables)."""
         if self.is_tuple:
@@ -63,7 +111,7 @@ class Shape:
             return 0
         return self.num_elements() * ELEMENT_BYTES.get(self.element_type, 4)
 
-    def leaves(self):
+    def leaves(self) -> Iterator[Shape]:
         """The array shapes inside, depth first (the shape itself if an array)."""
         if self.is_tuple:
             for s in self.tuple_shapes:
@@ -86,7 +134,7 @@ class Instruction:
     called: list = field(default_factory=list)  # names of computations it calls
 
     @property
-    def fusion_kind(self):
+    def fusion_kind(self) -> str | None:
         return self.attrs.get("kind") if self.opcode == "fusion" else None
 
 
@@ -103,14 +151,14 @@ class Computation:
         self.by_name = {i.name: i for i in self.instructions}
 
     @property
-    def root(self):
+    def root(self) -> Instruction | None:
         for i in self.instructions:
             if i.is_root:
                 return i
         return self.instructions[-1] if self.instructions else None
 
     @property
-    def parameters(self):
+    def parameters(self) -> list[Instruction]:
         params = [i for i in self.instructions if i.opcode == "parameter"]
         return sorted(params, key=lambda i: i.parameter_number)
 
@@ -125,5 +173,5 @@ class Module:
     # FileNames/FunctionNames/FileLocations/StackFrames: section -> raw lines
     sections: dict = field(default_factory=dict)
 
-    def computation(self, name):
+    def computation(self, name: str) -> Computation:
         return self.computations[name]

@@ -26,11 +26,13 @@ canonicalised and metadata dropped, so identical kernels share it.
 
 import hashlib
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from tpuperf_cli.errors import TpuperfError
-from tpuperf_cli.hlo import attrs as A
-from tpuperf_cli.hlo.parser import CALL_ATTRS, OPCODES, async_base
+from tpuperf_cli.hlo import attrs
+from tpuperf_cli.hlo.ir import CALL_ATTRS, OPCODES, Computation, Instruction, Module, async_base
+from tpuperf_cli.records import KERNEL_RECORD, Record, new_record
 
 # Instructions that are not kernels: they move no data or only orchestrate.
 NOT_KERNELS = frozenset({
@@ -55,22 +57,22 @@ class Kernel:
     """One kernel of a program (see the module docstring)."""
 
     name: str                 # unique in the program: instr, or "comp/instr" outside ENTRY
-    instruction: object       # ir.Instruction
-    computation: object       # ir.Computation it sits in
+    instruction: Instruction
+    computation: Computation  # the computation it sits in
     index: int                # order in the program
     count: int                # times run per program run (an upper bound if not count_known)
     count_known: bool
 
     @property
-    def opcode(self):
+    def opcode(self) -> str | None:
         return work_opcode(self.instruction)
 
     @property
-    def fusion_kind(self):
+    def fusion_kind(self) -> str | None:
         return self.instruction.fusion_kind
 
 
-def work_opcode(ins):
+def work_opcode(ins: Instruction) -> str | None:
     """The opcode of the work an instruction does as a kernel, or None if it
     is not a kernel. For XLA's async sugar (`negate-start`), the wrapped op."""
     op = ins.opcode
@@ -85,7 +87,7 @@ def _async_sugar(ins):
     return ins.opcode not in OPCODES and ins.opcode.endswith("-start")
 
 
-def find_kernels(module, warn=None):
+def find_kernels(module: Module, warn: Callable[[str], None] | None = None) -> list[Kernel]:
     """The kernels of an ir.Module, in program order (list of Kernel).
 
     warn(message) is called once for each while loop whose trip count is
@@ -106,16 +108,16 @@ def find_kernels(module, warn=None):
             if op == "while":
                 body = comps[ins.attrs["body"].lstrip("%")] if "body" in ins.attrs else None
                 cond = comps[ins.attrs["condition"].lstrip("%")] if "condition" in ins.attrs else None
-                trip = A.known_trip_count(ins.attrs)
+                trip = attrs.known_trip_count(ins.attrs)
                 if trip is not None and trip < 0:
                     # XLA's parser takes any int64 here (backend_config is
                     # not checked): the module is valid, the count unknown
                     if warn:
-                        warn(f"{_where(module, comp, ins)}: while loop '{ins.name}' has a "
+                        warn(f"{_source_line(module, ins)}: while loop '{ins.name}' has a "
                              f"negative known_trip_count ({trip}): counted as unknown, its "
                              f"kernels once (count_known false)")
                 elif trip is None and warn:
-                    warn(f"{_where(module, comp, ins)}: while loop '{ins.name}' has no "
+                    warn(f"{_source_line(module, ins)}: while loop '{ins.name}' has no "
                          f"known_trip_count: its kernels are counted once (count_known false)")
                 if trip is None or trip < 0:
                     if cond is not None:
@@ -129,7 +131,7 @@ def find_kernels(module, warn=None):
                         visit(body, mult * trip, known, depth + 1)
             elif op == "conditional":
                 if warn:
-                    warn(f"{_where(module, comp, ins)}: conditional '{ins.name}': which branch "
+                    warn(f"{_source_line(module, ins)}: conditional '{ins.name}': which branch "
                          f"runs is not known; each branch's kernels get count_known false")
                 for c in ins.called:
                     visit(comps[c], mult, False, depth + 1)
@@ -152,7 +154,7 @@ def find_kernels(module, warn=None):
     return order
 
 
-def _where(module, comp, ins):
+def _source_line(module, ins):
     return f"{module.source or '<string>'}:{ins.line}"
 
 
@@ -233,7 +235,8 @@ def _print_computation(comp, cname, normalize, entry=False):
     return "\n".join(lines)
 
 
-def kernel_module(module, kernel, normalize=False):
+def kernel_module(module: Module, kernel: Kernel | tuple[Computation, Instruction],
+                  normalize: bool = False) -> str:
     """A standalone HloModule text for one Kernel (or (computation,
     instruction) pair) that XLA's parser accepts.
 
@@ -298,7 +301,7 @@ def kernel_module(module, kernel, normalize=False):
     return "\n".join(out)
 
 
-def kernel_label(comp, ins):
+def kernel_label(comp: Computation, ins: Instruction) -> str:
     return ins.name if comp.is_entry else f"{comp.name}/{ins.name}"
 
 
@@ -306,14 +309,14 @@ def _module_name(label):
     return re.sub(r"[^\w.\-]", "_", label)
 
 
-def fingerprint(module, kernel):
+def fingerprint(module: Module, kernel: Kernel) -> str:
     """Hex digest (32 chars) of the kernel's normalised standalone module:
     equal for identical kernels whatever their names and metadata."""
     text = kernel_module(module, kernel, normalize=True)
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-def module_fingerprint(text, filename="<kernel>"):
+def module_fingerprint(text: str, filename: str = "<kernel>") -> str:
     """The fingerprint of a standalone kernel module's text (what `measure`
     keys its cache by). For a module hlo-split wrote it equals the record's
     fingerprint; for a module of several instructions it hashes the whole
@@ -333,15 +336,14 @@ def module_fingerprint(text, filename="<kernel>"):
     return hashlib.blake2b(body.encode(), digest_size=16).hexdigest()
 
 
-def kernel_records(module, program=None, warn=None):
+def kernel_records(module: Module, program: str | None = None,
+                   warn: Callable[[str], None] | None = None) -> Iterator[Record]:
     """Kernel records (dicts, see the record format) for every kernel of an
     ir.Module, in program order."""
-    from tpuperf_cli.stream import new_record
-
     program = program or module.name
     for k in find_kernels(module, warn=warn):
         yield new_record(
-            "kernel",
+            KERNEL_RECORD,
             program=program,
             kernel=k.name,
             index=k.index,

@@ -17,10 +17,9 @@ import hashlib
 from collections import Counter, OrderedDict
 
 from tpuperf_cli.errors import StreamError, TpuperfError
+from tpuperf_cli.records import ERROR, FINGERPRINT, HLO, NOISE, RUNS, RUNTIME_NS, TARGET, TYPE, locate
 
 from .device import MeasureError, Measurement  # noqa: F401  (jax loads lazily)
-
-RESULT_FIELDS = ("runtime_ns", "runs", "noise", "target", "error")
 
 # failures that say more about the moment (machine load, --timeout) than
 # about the kernel: not cached, so the next run tries again
@@ -92,7 +91,7 @@ class MeasureSession:
                 self._memo[key] = hit
                 self.from_cache += 1
             else:
-                todo[key] = record["hlo"]
+                todo[key] = record[HLO]
         if todo:
             results = self.measurer.measure_many(list(todo.values()))
             for key, result in zip(todo, results):
@@ -113,41 +112,41 @@ class MeasureSession:
     @staticmethod
     def check(record, number=None, name=None):
         """Raise StreamError if the record has no kernel text to measure."""
-        text = record.get("hlo")
+        text = record.get(HLO)
         if not isinstance(text, str) or not text.strip():
-            where = f"{name or 'input'}: record {number}" if number is not None else "record"
-            raise StreamError(f"{where}: no 'hlo' text to measure (type {record.get('type', '?')!r}; "
-                              f"measure reads kernel or graph records from hlo-split/featurize)")
+            raise StreamError(f"{locate(number, name)}: no 'hlo' text to measure (type "
+                              f"{record.get(TYPE, '?')!r}; measure reads kernel or graph records "
+                              f"from hlo-split/featurize)")
 
     def _key(self, record, number, name):
         self.check(record, number, name)
-        text = record["hlo"]
+        text = record[HLO]
         key = kernel_key(text)
-        claimed = record.get("fingerprint")
+        claimed = record.get(FINGERPRINT)
         if claimed and not key.startswith("text:") and str(claimed) != key:
             self.mismatched += 1
             if self.warn is not None and self.mismatched <= 3:
-                where = f"{name or 'input'}: record {number}" if number is not None else "a record"
+                where = locate(number, name) if number is not None else "a record"
                 self.warn(f"{where}: its fingerprint {claimed} is not that of its hlo text "
                           f"({key}); timed and cached by its text")
         return key
 
     def _apply(self, record, result):
-        record["target"] = self.measurer.target
+        record[TARGET] = self.measurer.target
         if result["error"]:
-            for field in ("runtime_ns", "runs", "noise"):
+            for field in (RUNTIME_NS, RUNS, NOISE):
                 record.pop(field, None)
-            record["error"] = result["error"]
+            record[ERROR] = result["error"]
             kind = result["error_kind"] or result["error"].split(":", 1)[0]
             self.failed[kind] += 1
             ex = self.examples.setdefault(kind, OrderedDict())
             ex[result["error"]] = ex.get(result["error"], 0) + 1
         else:
-            record.pop("error", None)
-            record["runtime_ns"] = float(result["runtime_ns"])
-            record["runs"] = [float(r) for r in result["runs"]]
+            record.pop(ERROR, None)
+            record[RUNTIME_NS] = float(result["runtime_ns"])
+            record[RUNS] = [float(r) for r in result["runs"]]
             if result.get("noise") is not None:
-                record["noise"] = float(result["noise"])
+                record[NOISE] = float(result["noise"])
             self.ok += 1
 
     @property

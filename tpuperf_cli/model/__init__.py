@@ -1,13 +1,15 @@
 """The learned performance model (Kaufman et al. 2021): a graph neural network
 in DGL that predicts a kernel's runtime from its graph record.
 
-Modules (torch and DGL are imported only by net, train and predict):
-    data     graph records -> examples -> scaled numpy batches; shards,
-             even sampling across programs, bounded-memory streaming
-    net      the network (opcode embedding, f1, GraphSAGE/GAT, reductions)
-    train    the training loop (losses, validation, early stopping,
-             atomic checkpoints, --resume)
-    predict  model files, load_model, predict_records, predict_batch
+Modules (torch and DGL are imported only by net, train, resume and predict):
+    examples  graph records -> checked examples; the feature scaling
+    data      examples -> scaled numpy batches; shards, even sampling
+              across programs, bounded-memory streaming
+    net       the network (opcode embedding, f1, GraphSAGE/GAT, reductions)
+    train     the training loop (losses, validation, early stopping,
+              atomic checkpoints)
+    resume    continuing an interrupted run (--resume)
+    predict   model files, load_model, predict_records, predict_batch
 
 Public functions others call:
     from tpuperf_cli.model.predict import load_model, predict_records, predict_batch
@@ -17,7 +19,7 @@ Public functions others call:
     predict_records(records, model=None, batch_size=512) -> iterator of records
         with pred_ns and model added (model: a Model, a path, or None)
     predict_batch(model, records) -> np.ndarray (ns), records unchanged
-    from tpuperf_cli.model.data import example, synthetic_records
+    from tpuperf_cli.model.examples import example
     example(record, number=None, name=None) -> Example (StreamError if not a graph record)
     from tpuperf_cli.model.train import train, TrainOptions
     from tpuperf_cli.model.net import NetConfig
@@ -33,13 +35,13 @@ MODEL_VERSION = 1
 DEFAULT_MODEL = "default.pt"
 
 
-def default_model_path():
+def default_model_path() -> str:
     """The bundled model, shipped in tpuperf_cli/data/."""
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "data", DEFAULT_MODEL)
 
 
-def set_threads(threads=None):
+def set_threads(threads: int | None = None) -> int:
     """Limit torch (and OpenMP) to `threads` threads; default: at most 2 or
     $TPUPERF_THREADS, so tools share a small machine politely."""
     if threads is None:
@@ -58,7 +60,7 @@ def set_threads(threads=None):
     return threads
 
 
-def check_device(device):
+def check_device(device: str) -> str:
     """Raise TpuperfError unless torch and DGL can both run on `device`."""
     from tpuperf_cli.errors import TpuperfError
 

@@ -18,6 +18,7 @@ already turned into tensors and DGL graphs by `to_device`.
 
 import os
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
@@ -25,10 +26,15 @@ import dgl  # noqa: E402
 import dgl.function as fn  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
-from torch.nn import functional as F  # noqa: E402
+from torch.nn import functional  # noqa: E402
+
+from tpuperf_cli.features.opcodes import NUM_OPCODES  # noqa: E402
+from tpuperf_cli.records import CONFIG_FEATURES, KERNEL_FEATURES, NODE_FEATURES  # noqa: E402
+
+if TYPE_CHECKING:
+    from tpuperf_cli.model.data import Batch
 
 GNNS = ("sage", "gat", "none")
-NODE_FEATURES = 140     # per-node features of a graph record (TpuGraphs layout)
 REDUCTIONS = ("per-node", "column", "lstm", "transformer")
 
 
@@ -36,8 +42,9 @@ REDUCTIONS = ("per-node", "column", "lstm", "transformer")
 class NetConfig:
     """Hyperparameters of the network (saved in the model file)."""
 
-    num_opcodes: int = 139      # size of the opcode embedding table (ids >= this are "unknown", 0)
-    in_features: int = 169      # scaled features per node: 140 node + 5 kernel + 24 config
+    num_opcodes: int = NUM_OPCODES  # size of the opcode embedding table (ids >= this are "unknown", 0)
+    in_features: int = NODE_FEATURES + len(KERNEL_FEATURES) + CONFIG_FEATURES  # scaled features per
+                                # node: 140 node + 5 kernel + 24 config
     opcode_dim: int = 32        # opcode embedding width (the paper: 256)
     hidden: int = 64            # width of node embeddings and of every MLP
     gnn: str = "sage"           # "sage" (GraphSAGE, the paper's best), "gat", or "none"
@@ -57,14 +64,14 @@ class NetConfig:
     dropout: float = 0.0        # dropout in MLPs and the reduction
 
     @classmethod
-    def from_dict(cls, d):
+    def from_dict(cls, d: dict) -> "NetConfig":
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"unknown hyperparameter(s): {', '.join(sorted(unknown))}")
         return cls(**d)
 
-    def check(self):
+    def check(self) -> "NetConfig":
         if self.gnn not in GNNS:
             raise ValueError(f"gnn must be one of {', '.join(GNNS)}, not {self.gnn!r}")
         if self.reduction not in REDUCTIONS:
@@ -82,7 +89,7 @@ class NetConfig:
         return self
 
 
-def mlp(n_in, n_hidden, n_out, dropout=0.0, final_act=True):
+def mlp(n_in: int, n_hidden: int, n_out: int, dropout: float = 0.0, final_act: bool = True) -> nn.Sequential:
     layers = [nn.Linear(n_in, n_hidden), nn.ReLU()]
     if dropout:
         layers.append(nn.Dropout(dropout))
@@ -114,16 +121,16 @@ class SageLayer(nn.Module):
 
     def _aggregate(self, g, h, f2):
         with g.local_scope():
-            g.srcdata["m"] = F.relu(f2(h))
+            g.srcdata["m"] = functional.relu(f2(h))
             g.update_all(fn.copy_u("m", "msg"), self.reducer("msg", "a"))
             return g.dstdata["a"]
 
     def forward(self, g_in, g_out, h):
         a_in = self._aggregate(g_in, h, self.f2_in)      # (N, H) from operands
         a_out = self._aggregate(g_out, h, self.f2_out)   # (N, H) from users
-        new = F.relu(self.f3(torch.cat([h, a_in, a_out], dim=1)))
+        new = functional.relu(self.f3(torch.cat([h, a_in, a_out], dim=1)))
         h = h + new if self.residual else new
-        return F.normalize(h, dim=1) if self.normalize else h
+        return functional.normalize(h, dim=1) if self.normalize else h
 
 
 class GatLayer(nn.Module):
@@ -145,9 +152,9 @@ class GatLayer(nn.Module):
         n = h.shape[0]
         a_in = self.att_in(g_in, h).reshape(n, -1)     # (N, heads, H/heads) -> (N, H)
         a_out = self.att_out(g_out, h).reshape(n, -1)
-        new = F.relu(self.f3(torch.cat([h, a_in, a_out], dim=1)))
+        new = functional.relu(self.f3(torch.cat([h, a_in, a_out], dim=1)))
         h = h + new if self.residual else new
-        return F.normalize(h, dim=1) if self.normalize else h
+        return functional.normalize(h, dim=1) if self.normalize else h
 
 
 # ---------------------------------------------------------------- reductions
@@ -233,7 +240,7 @@ class Net(nn.Module):
         return (self.head(torch.cat([r, k], dim=1)) + self.skip(k)).squeeze(1)       # (B,)
 
 
-def to_device(b, device="cpu"):
+def to_device(b: "Batch", device: str = "cpu") -> dict:
     """A numpy batch (data.Batch) as tensors and DGL graphs on a device."""
     t = torch.from_numpy
     n = int(b.x.shape[0])

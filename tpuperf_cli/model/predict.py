@@ -34,20 +34,26 @@ Public API (tpuperf eval, tpuperf select and scripts use these):
         the records with pred_ns and model added (model: a Model or a path)
 """
 
+from __future__ import annotations
+
 import hashlib
 import io
-import math
 import os
 import sys
 import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tpuperf_cli.errors import StreamError, TpuperfError
-from tpuperf_cli.model import (MODEL_FORMAT, MODEL_VERSION, check_device, default_model_path,
-                               set_threads)
-from tpuperf_cli.model.data import (Scaler, example, kernel_features_error, make_batch, target_key,
-                                    where_of)
+from tpuperf_cli.errors import StreamError, TpuperfError, read_file
+from tpuperf_cli.model import MODEL_FORMAT, MODEL_VERSION, check_device, default_model_path, set_threads
+from tpuperf_cli.model.data import Batch, make_batch
+from tpuperf_cli.model.examples import Example, Scaler, example, kernel_features_error
+from tpuperf_cli.records import MODEL, PRED_NS, TARGET, TARGET_KEYS, Record, locate, target_identity
+
+if TYPE_CHECKING:
+    from tpuperf_cli.model.net import Net
 
 REQUIRED = ("format", "version", "name", "task", "config", "state_dict", "scaling")
 SCALING_FIELDS = ("lo", "hi", "kernel_features", "opcodes", "log_runtime_mean", "log_runtime_std")
@@ -56,7 +62,7 @@ SCALING_FIELDS = ("lo", "hi", "kernel_features", "opcodes", "log_runtime_mean", 
 class Model:
     """A loaded model: network, scaling, vocabulary and what it was trained on."""
 
-    def __init__(self, net, scaler, meta, path=None, device="cpu"):
+    def __init__(self, net: Net, scaler: Scaler, meta: dict, path: str | None = None, device: str = "cpu"):
         self.net = net.eval()
         self.scaler = scaler
         self.meta = meta
@@ -69,11 +75,11 @@ class Model:
         self.lut = scaler.opcode_table(net.cfg.num_opcodes)
         self.sequence = net.cfg.reduction in ("lstm", "transformer")
 
-    def batch(self, examples, groups=None):
+    def batch(self, examples: Sequence[Example], groups: np.ndarray | None = None) -> Batch:
         return make_batch(examples, self.scaler, self.lut, self.cfg.neighbors,
                           self.sequence, self.cfg.max_nodes, groups)
 
-    def predict_examples(self, examples, batch_size=512):
+    def predict_examples(self, examples: Sequence[Example], batch_size: int = 512) -> np.ndarray:
         """Predicted runtime in ns per example (tile models: a score that
         orders configurations, lower = faster, on the same scale)."""
         import torch
@@ -89,13 +95,13 @@ class Model:
                 out[start:start + len(chunk)] = self.scaler.runtime(y.cpu().numpy())
         return out
 
-    def fits(self, ex, where, record=None):
+    def fits(self, ex: Example, where: object, record: Record | None = None) -> str | None:
         """None if the example has the kernel features this model reads, else
         the message saying what is wrong."""
         return kernel_features_error(ex, self.scaler.kernel_features, where, record,
                                      f"; model {self.name} was trained with {self.scaler.kernel_features}")
 
-    def check_examples(self, examples):
+    def check_examples(self, examples: Sequence[Example]) -> None:
         """StreamError naming the first example this model cannot read."""
         kf = self.scaler.kernel_features
         for i, ex in enumerate(examples, 1):
@@ -103,17 +109,17 @@ class Model:
                 what = f"{ex.program}/{ex.kernel}" if ex.program or ex.kernel else "?"
                 raise StreamError(self.fits(ex, f"example {i} ({what})"))
 
-    def describe(self):
+    def describe(self) -> dict:
         t = self.meta.get("trained") or {}
         tgt = self.target or {}
         return {"name": self.name, "task": self.task, "loss": self.meta.get("loss"),
-                "target": {k: tgt.get(k) for k in ("platform", "device_kind", "chip")},
+                "target": {k: tgt.get(k) for k in TARGET_KEYS},
                 "config": self.meta.get("config"), "trained": t}
 
 
 # ---------------------------------------------------------------- files
 
-def weights_digest(state_dict):
+def weights_digest(state_dict: dict) -> str:
     h = hashlib.sha256()
     for key in sorted(state_dict):
         h.update(key.encode())
@@ -121,7 +127,8 @@ def weights_digest(state_dict):
     return h.hexdigest()[:8]
 
 
-def model_dict(net, scaler, name, task, loss, target=None, trained=None):
+def model_dict(net: Net, scaler: Scaler, name: str, task: str, loss: str, target: dict | None = None,
+               trained: dict | None = None) -> dict:
     """The dict a model file holds (see the module docstring)."""
     from dataclasses import asdict
 
@@ -158,7 +165,7 @@ def _plain(value):
     return str(value)
 
 
-def save_atomic(obj, path):
+def save_atomic(obj: object, path: str | os.PathLike) -> None:
     """torch.save to a temporary file beside path, then rename: a crash never
     leaves a half-written file at path."""
     import torch
@@ -184,15 +191,11 @@ def save_atomic(obj, path):
         raise
 
 
-def read_model_file(path):
+def read_model_file(path: str) -> dict:
     """The dict of a model file, checked; TpuperfError naming what is wrong."""
     import torch
 
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise TpuperfError(f"model {path}: {e.strerror}") from None
+    raw = read_file(path, what="model")
     if not raw:
         raise TpuperfError(f"model {path}: not a tpuperf model file (the file is empty)")
     try:
@@ -229,7 +232,7 @@ def _load_error(e):
     return f"torch cannot read it: {text[:200] or type(e).__name__}"
 
 
-def build(d, path="model", device="cpu"):
+def build(d: dict, path: str = "model", device: str = "cpu") -> Model:
     """A Model from a model dict."""
     from tpuperf_cli.model.net import Net, NetConfig
 
@@ -287,7 +290,7 @@ def _weights_mismatch(expected, got, most=3):
     return "; ".join(parts)
 
 
-def load_model(path=None, device="cpu", threads=None):
+def load_model(path: str | None = None, device: str = "cpu", threads: int | None = None) -> Model:
     """Load a model file (None: the bundled default model)."""
     set_threads(threads)
     check_device(device)
@@ -301,7 +304,7 @@ def load_model(path=None, device="cpu", threads=None):
 
 # ---------------------------------------------------------------- records
 
-def predict_batch(model, records):
+def predict_batch(model: Model | str | None, records: Sequence[Record]) -> np.ndarray:
     """Predicted ns for a list of graph records (no record is changed)."""
     if not isinstance(model, Model):
         model = load_model(model)
@@ -309,13 +312,14 @@ def predict_batch(model, records):
 
 
 def _target_differs(model_target, record_target):
-    a, b = target_key(model_target), target_key(record_target)
+    a, b = target_identity(model_target), target_identity(record_target)
     if a is None or b is None:
         return False
     return a != b
 
 
-def predict_records(records, model=None, batch_size=512, name="input", warn=None):
+def predict_records(records: Iterable[Record], model: Model | str | None = None, batch_size: int = 512,
+                    name: str = "input", warn: Callable[[str], None] | None = None) -> Iterator[Record]:
     """Yield each record with pred_ns (float, ns) and model (the model's name).
 
     model: a Model, a path, or None for the bundled model. Records are
@@ -337,8 +341,8 @@ def predict_records(records, model=None, batch_size=512, name="input", warn=None
     def flush():
         preds = model.predict_examples(examples, batch_size)
         for record, p in zip(pending, preds):
-            record["pred_ns"] = float(p)
-            record["model"] = model.name
+            record[PRED_NS] = float(p)
+            record[MODEL] = model.name
         out = list(pending)
         pending.clear()
         examples.clear()
@@ -350,15 +354,15 @@ def predict_records(records, model=None, batch_size=512, name="input", warn=None
         except StreamError as e:
             error = e
             break
-        wrong = model.fits(ex, where_of(record, number, name), record)
+        wrong = model.fits(ex, locate(number, name, record), record)
         if wrong:
             error = StreamError(wrong)
             break
-        target = record.get("target")
+        target = record.get(TARGET)
         if not warned and target is not None and target != checked \
                 and _target_differs(model.target, target):
             warned = True
-            mt, rt = model.target, record["target"]
+            mt, rt = model.target, target
             warn(f"predict: warning: records were measured on {_target_text(rt)} but model "
                  f"{model.name} was trained on {_target_text(mt)}; its predictions are for that target")
         checked = target
@@ -375,9 +379,5 @@ def predict_records(records, model=None, batch_size=512, name="input", warn=None
 def _target_text(t):
     if not isinstance(t, dict):
         return "an unknown target"
-    parts = [str(t.get(k)) for k in ("platform", "device_kind", "chip") if t.get(k)]
+    parts = [str(t.get(k)) for k in TARGET_KEYS if t.get(k)]
     return "/".join(parts) or "an unknown target"
-
-
-def is_finite(x):
-    return isinstance(x, float) and math.isfinite(x)

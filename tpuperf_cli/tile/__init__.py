@@ -24,13 +24,9 @@ Modules:
 Only numpy is imported here (lazily); no torch, DGL or jax.
 """
 
-# The three bound lists of a tile configuration, in the order TpuGraphs lays
-# them out in its 24 config features (each: 6 entries, sum, product).
-BOUND_KEYS = ("kernel_bounds", "output_bounds", "input_bounds")
-BOUND_SLOTS = 6
-CONFIG_FEATURES = len(BOUND_KEYS) * (BOUND_SLOTS + 2)  # 24
+from tpuperf_cli.records import KERNEL, PROGRAM
 
 
-def group_key(record):
+def group_key(record: dict) -> tuple:
     """The kernel a configuration record belongs to."""
-    return (record.get("program"), record.get("kernel"))
+    return (record.get(PROGRAM), record.get(KERNEL))

@@ -9,11 +9,11 @@ order the kernels were first seen, fastest first.
 
 import heapq
 import math
+from collections.abc import Iterable, Iterator
 
 from tpuperf_cli.errors import StreamError
+from tpuperf_cli.records import GRAPH_ARRAYS, KERNEL, PRED_NS, TYPE, Record, locate
 from tpuperf_cli.tile import group_key
-
-GRAPH_ARRAYS = ("node_feat", "node_opcode", "edge_index")
 
 
 class _Kernel:
@@ -24,7 +24,7 @@ class _Kernel:
         self.seen = 0
 
 
-def top_k(records, k, field="pred_ns", name="input"):
+def top_k(records: Iterable[Record], k: int, field: str = PRED_NS, name: str = "input") -> Iterator[Record]:
     """Yield, per kernel, its k records with the smallest `field`, in order,
     each with `rank` (1 = predicted fastest) and `candidates` (how many
     configurations of the kernel were read).
@@ -39,12 +39,12 @@ def top_k(records, k, field="pred_ns", name="input"):
         score = record.get(field)
         if isinstance(score, bool) or not isinstance(score, (int, float)) or math.isnan(score):
             what = "missing" if field not in record else f"not a number ({score!r})"
-            raise StreamError(f"{name}: record {number}: field {field!r} is {what}; "
+            raise StreamError(f"{locate(number, name)}: field {field!r} is {what}; "
                               f"run predict first or give --model")
         key = group_key(record)
         if key[1] is None:
-            raise StreamError(f"{name}: record {number}: missing field 'kernel' "
-                              f"(type {record.get('type', '?')!r})")
+            raise StreamError(f"{locate(number, name)}: missing field {KERNEL!r} "
+                              f"(type {record.get(TYPE, '?')!r})")
         entry = kernels.get(key)
         if entry is None:
             entry = kernels[key] = _Kernel()
@@ -62,18 +62,8 @@ def top_k(records, k, field="pred_ns", name="input"):
             yield record
 
 
-def slim(record):
+def slim(record: Record) -> Record:
     """The record without its graph arrays (the short list stays readable)."""
     for key in GRAPH_ARRAYS:
         record.pop(key, None)
     return record
-
-
-def predict_records(records, model_path, name="input", quiet=False):
-    """The records with pred_ns and model added by the model in model_path
-    (the model library's predict_records: batches, input order kept).
-    quiet: no warning about a measurement target other than the model's."""
-    from tpuperf_cli.model.predict import predict_records as model_predict
-
-    return model_predict(records, model_path, name=name,
-                         warn=(lambda msg: None) if quiet else None)

@@ -21,18 +21,36 @@ The layout collection (node_config_feat, node_config_ids, ...) describes a
 whole program with per-node layout choices; it is recognised and refused.
 """
 
+from __future__ import annotations
+
 import hashlib
 import os
 import re
 import zipfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from tpuperf_cli.errors import TpuperfError
-from tpuperf_cli.stream import new_record
-from tpuperf_cli.tile import BOUND_KEYS, BOUND_SLOTS, CONFIG_FEATURES
+from tpuperf_cli.records import (
+    BOUND_KEYS,
+    BOUND_SLOTS,
+    CONFIG_FEAT,
+    CONFIG_FEATURES,
+    EDGE_INDEX,
+    GRAPH_RECORD,
+    NODE_FEAT,
+    NODE_FEATURES,
+    NODE_OPCODE,
+    Record,
+    new_record,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SOURCE = "tpugraphs"
-NODE_FEATURES = 140
-TILE_KEYS = ("node_feat", "node_opcode", "edge_index", "config_feat", "config_runtime",
+# the arrays of a TpuGraphs tile file (its graph arrays carry our records' names)
+TILE_KEYS = (NODE_FEAT, NODE_OPCODE, EDGE_INDEX, CONFIG_FEAT, "config_runtime",
              "config_runtime_normalizers")
 LAYOUT_KEYS = ("node_config_feat", "node_config_ids", "node_splits")
 
@@ -48,7 +66,7 @@ class TpuGraphsError(TpuperfError):
     """An .npz file that is not a TpuGraphs tile file."""
 
 
-def find_files(paths):
+def find_files(paths: Iterable[str]) -> list[str]:
     """The .npz files named, directories searched recursively (sorted)."""
     out = []
     for p in paths:
@@ -70,7 +88,7 @@ def find_files(paths):
 _TILE_ID = re.compile(r"^(?P<program>.+?)_(?P<hash>-?[0-9a-fA-F]{6,})$")
 
 
-def split_tile_id(tile_id):
+def split_tile_id(tile_id: str) -> tuple[str, str]:
     """(program, kernel) from a TpuGraphs tile id such as
     `alexnet_train_batch_32_-1bae27a41d70f4dc`: the program is the part
     before the trailing hash, the kernel `kernel_<hash>`. Ids without a hash
@@ -81,7 +99,7 @@ def split_tile_id(tile_id):
     return m.group("program"), f"kernel_{m.group('hash').lower()}"
 
 
-def load(path):
+def load(path: str) -> dict[str, np.ndarray]:
     """The tile file's arrays, checked: {key: numpy array}."""
     import numpy as np
 
@@ -120,7 +138,7 @@ def _fail(path, key, what):
     raise TpuGraphsError(f"{path}: key {key!r}: {what}")
 
 
-def check(a, path):
+def check(a: dict[str, np.ndarray], path: str) -> None:
     """Shapes, dtypes and values as TpuGraphs documents them."""
     import numpy as np
 
@@ -168,7 +186,7 @@ def check(a, path):
         _fail(path, "config_feat", "contains NaN or infinity")
 
 
-def config_from_features(row):
+def config_from_features(row: Sequence[float]) -> dict[str, list]:
     """The bound lists back from a 24-entry config_feat row.
 
     Each block is 6 bound entries (0 where the list is shorter), their sum and
@@ -184,17 +202,18 @@ def config_from_features(row):
     return config
 
 
-def graph_digest(a):
+def graph_digest(a: dict[str, np.ndarray]) -> str:
     """Hex digest of the graph (nodes, opcodes, edges): equal for identical kernels."""
     import numpy as np
 
     h = hashlib.sha256()
-    for key, dtype in (("node_opcode", "<i4"), ("node_feat", "<f4"), ("edge_index", "<i4")):
+    for key, dtype in ((NODE_OPCODE, "<i4"), (NODE_FEAT, "<f4"), (EDGE_INDEX, "<i4")):
         h.update(np.ascontiguousarray(a[key], dtype=dtype).tobytes())
     return h.hexdigest()[:32]
 
 
-def records(path, runtime="scaled", max_configs=None, seed=0, index=0):
+def records(path: str, runtime: str = "scaled", max_configs: int | None = None, seed: int = 0,
+            index: int = 0) -> Iterator[Record]:
     """Yield one graph record per configuration of a TpuGraphs tile file.
 
     max_configs keeps a random subset of that many configurations (in file
@@ -227,7 +246,7 @@ def records(path, runtime="scaled", max_configs=None, seed=0, index=0):
         j = int(j)
         runtime_ns = {"scaled": ratio[j] * scale, "ratio": ratio[j], "raw": raw[j]}[runtime]
         yield new_record(
-            "graph",
+            GRAPH_RECORD,
             program=program,
             kernel=kernel,
             index=index,
@@ -253,7 +272,8 @@ def records(path, runtime="scaled", max_configs=None, seed=0, index=0):
         )
 
 
-def import_files(paths, runtime="scaled", max_configs=None, seed=0, on_file=None):
+def import_files(paths: Iterable[str], runtime: str = "scaled", max_configs: int | None = None, seed: int = 0,
+                 on_file: Callable[[int, str], None] | None = None) -> Iterator[Record]:
     """Records of many tile files; kernels of one program are numbered in
     the order their files come. on_file(number, path) is called as each
     file (1-based) starts."""

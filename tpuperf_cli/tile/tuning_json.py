@@ -10,17 +10,18 @@ The format (as in tpu_graphs' test data):
       ... ]
 
 Each kernel's "hlo" is a whole HloModule whose ENTRY computation runs the one
-tuned kernel (its ROOT: a fusion, a copy, a convolution, ...). That is what
-the brief calls a kernel's standalone module, so it goes into the record as
+tuned kernel (its ROOT: a fusion, a copy, a convolution, ...). That is a
+kernel's standalone module, as hlo-split writes them, so it goes into the record as
 given; the ENTRY root gives opcode, fusion_kind and computation.
 """
 
 import json
 import os
+from collections.abc import Iterator
+from typing import Any
 
-from tpuperf_cli.errors import ParseError, TpuperfError
-from tpuperf_cli.stream import new_record
-from tpuperf_cli.tile import BOUND_KEYS
+from tpuperf_cli.errors import ParseError, TpuperfError, read_file
+from tpuperf_cli.records import BOUND_KEYS, KERNEL_RECORD, Record, new_record
 
 SOURCE = "tuning-json"
 
@@ -29,13 +30,9 @@ class TuningDataError(TpuperfError):
     """Tuning data that does not have the documented shape."""
 
 
-def load(path):
+def load(path: str) -> list:
     """The parsed JSON of a tuning-data file (a list of kernels)."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise TpuperfError(f"{path}: {e.strerror}") from None
+    raw = read_file(path)
     try:
         data = json.loads(raw)
     except UnicodeDecodeError as e:
@@ -52,7 +49,7 @@ def load(path):
 
 # ---------------------------------------------------------------- checks
 
-def _where(path, k, kernel=None):
+def _kernel_location(path, k, kernel=None):
     fp = f" (kernel_fingerprint {kernel['kernel_fingerprint']})" \
         if isinstance(kernel, dict) and "kernel_fingerprint" in kernel else ""
     return f"{path}: kernel {k}{fp}"
@@ -68,7 +65,7 @@ def _bounds(value, where, key):
     return list(value)
 
 
-def check_config(config, where):
+def check_config(config: Any, where: str) -> tuple[dict, float, bool]:
     """(config dict, runtime_ns float, is_default bool) of one config entry."""
     if not isinstance(config, dict):
         raise TuningDataError(f"{where}: expected an object, got {type(config).__name__}")
@@ -93,7 +90,7 @@ def check_config(config, where):
     return bounds, float(runtime), is_default
 
 
-def describe_module(text, where):
+def describe_module(text: Any, where: str) -> dict:
     """What the records say about the kernel, from its module text:
     {"computation", "opcode", "fusion_kind", "fingerprint"}.
 
@@ -125,14 +122,15 @@ def describe_module(text, where):
 
 # ---------------------------------------------------------------- records
 
-def kernel_name(fingerprint_value):
+def kernel_name(fingerprint_value: int | str) -> str:
     """kernel_<16 hex digits> for the file's integer fingerprint."""
     if isinstance(fingerprint_value, int) and not isinstance(fingerprint_value, bool):
         return f"kernel_{fingerprint_value & (2**64 - 1):016x}"
     return f"kernel_{fingerprint_value}"
 
 
-def records(path, program=None, device_kind=None, seen=None):
+def records(path: str, program: str | None = None, device_kind: str | None = None,
+            seen: dict[str, int] | None = None) -> Iterator[Record]:
     """Yield one kernel record per (kernel, configuration) of a tuning file.
 
     Every kernel is checked whole before any of its records is yielded, so a
@@ -146,7 +144,7 @@ def records(path, program=None, device_kind=None, seen=None):
               "file": os.path.basename(path)}
     seen = {} if seen is None else seen
     for k, kernel in enumerate(data):
-        where = _where(path, k, kernel)
+        where = _kernel_location(path, k, kernel)
         if not isinstance(kernel, dict):
             raise TuningDataError(f"{where}: expected an object, got {type(kernel).__name__}")
         for key in ("kernel_fingerprint", "hlo", "configs"):
@@ -173,7 +171,7 @@ def records(path, program=None, device_kind=None, seen=None):
             seen[name] = 1
         for j, (bounds, runtime, is_default) in enumerate(checked):
             yield new_record(
-                "kernel",
+                KERNEL_RECORD,
                 program=program,
                 kernel=name,
                 index=k,

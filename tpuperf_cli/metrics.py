@@ -30,8 +30,13 @@ undefined statistic gives NaN (never an exception), so a report can show "-".
 """
 
 import math
+from collections.abc import Hashable, Iterable, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
+
+# one kernel's configurations: (predictions, measured runtimes)
+Group = tuple[ArrayLike, ArrayLike]
 
 __all__ = [
     "mape", "ape", "kendall_tau", "fusion_metrics", "program_error",
@@ -49,7 +54,7 @@ def _arrays(pred, true):
 
 # ---------------------------------------------------------------- fusion task
 
-def ape(pred, true):
+def ape(pred: ArrayLike, true: ArrayLike) -> np.ndarray:
     """Absolute percentage errors 100 * |pred - true| / true, elementwise.
 
     true must be positive; a zero or negative runtime raises ValueError.
@@ -60,7 +65,7 @@ def ape(pred, true):
     return 100.0 * np.abs(p - t) / t
 
 
-def mape(pred, true):
+def mape(pred: ArrayLike, true: ArrayLike) -> float:
     """Mean absolute percentage error in percent; NaN for no data."""
     e = ape(pred, true)
     return float(e.mean()) if e.size else math.nan
@@ -74,7 +79,7 @@ def _tie_pairs(a):
     return int((counts * (counts - 1) // 2).sum())
 
 
-def kendall_tau(x, y):
+def kendall_tau(x: ArrayLike, y: ArrayLike) -> float:
     """Kendall's tau-b between two sequences (ties handled).
 
         tau_b = (n_c - n_d) / sqrt((n_0 - n_1) (n_0 - n_2))
@@ -93,7 +98,7 @@ def kendall_tau(x, y):
     return float(kendalltau(a, b, variant="b").statistic)
 
 
-def fusion_metrics(pred, true, threshold_ns=0.0):
+def fusion_metrics(pred: ArrayLike, true: ArrayLike, threshold_ns: float = 0.0) -> dict:
     """MAPE (percent) and Kendall's tau-b on kernels with true >= threshold_ns.
 
     Returns {"n": kernels used, "mape": ..., "tau": ...}.
@@ -134,7 +139,7 @@ def _groups(groups):
         yield p, t
 
 
-def tile_size_ape(groups):
+def tile_size_ape(groups: Iterable[Group]) -> float:
     """Tile-Size APE in percent over kernels; groups: iterable of (pred, true)
     per kernel, one entry per tile configuration.
 
@@ -150,7 +155,7 @@ def tile_size_ape(groups):
     return 100.0 * err / best if best > 0 else math.nan
 
 
-def top_k_slowdown(groups, k):
+def top_k_slowdown(groups: Iterable[Group], k: int) -> float:
     """Mean over kernels of (best measured runtime among the model's top-k
     configs / best measured runtime - 1), in percent. Kernels with fewer than
     k configs use all of them (slowdown 0). NaN for no kernels."""
@@ -163,7 +168,7 @@ def top_k_slowdown(groups, k):
     return 100.0 * float(np.mean(out)) if out else math.nan
 
 
-def mean_kernel_tau(groups):
+def mean_kernel_tau(groups: Iterable[Group]) -> float:
     """Mean of per-kernel Kendall's tau-b over kernels where it is defined
     (two or more configs, neither side constant). NaN for none."""
     taus = [kendall_tau(p, t) for p, t in _groups(groups)]
@@ -171,7 +176,7 @@ def mean_kernel_tau(groups):
     return float(np.mean(taus)) if taus else math.nan
 
 
-def tile_metrics(groups, ks=(1, 5, 10)):
+def tile_metrics(groups: Iterable[Group], ks: Sequence[int] = (1, 5, 10)) -> dict:
     """All tile-task metrics for a list of (pred, true) groups:
     {"kernels", "configs", "tile_ape", "tau", "top1", "top5", "top10"}."""
     groups = [(p, t) for p, t in _groups(groups)]
@@ -188,7 +193,7 @@ def tile_metrics(groups, ks=(1, 5, 10)):
 
 # ---------------------------------------------------------------- aggregation
 
-def group_indices(keys):
+def group_indices(keys: Iterable[Hashable]) -> dict[Hashable, np.ndarray]:
     """{key: array of positions} in first-seen key order."""
     out = {}
     for i, key in enumerate(keys):
@@ -196,19 +201,19 @@ def group_indices(keys):
     return {k: np.asarray(v, dtype=np.int64) for k, v in out.items()}
 
 
-def nanmedian(values):
+def nanmedian(values: Iterable[float | None]) -> float:
     v = np.asarray([x for x in values if x is not None], dtype=np.float64)
     v = v[~np.isnan(v)]
     return float(np.median(v)) if v.size else math.nan
 
 
-def nanmean(values):
+def nanmean(values: Iterable[float | None]) -> float:
     v = np.asarray([x for x in values if x is not None], dtype=np.float64)
     v = v[~np.isnan(v)]
     return float(v.mean()) if v.size else math.nan
 
 
-def summarize(rows, fields):
+def summarize(rows: Sequence[dict], fields: Iterable[str]) -> tuple[dict, dict]:
     """Median and mean rows over per-program rows (dicts), ignoring NaN:
     returns ({field: median}, {field: mean})."""
     med = {f: nanmedian([r.get(f) for r in rows]) for f in fields}

@@ -1,0 +1,122 @@
+"""The options of the training loop, and which of them a resumed run may change.
+
+    opts = TrainOptions(task="tile", epochs=20).check()
+
+The options are saved in the model file and in the state a run leaves for
+--resume; `resume_options` merges those stored with the ones given anew.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+from tpuperf_cli.errors import TpuperfError
+
+if TYPE_CHECKING:
+    from tpuperf_cli.model.net import NetConfig
+
+TASKS = ("fusion", "tile")
+LOSSES = ("mse", "hinge", "logistic")
+
+
+@dataclass
+class TrainOptions:
+    """Options of the training loop (saved in the model file)."""
+
+    task: str = "fusion"        # "fusion" (per-kernel runtime) or "tile" (rank a kernel's configs)
+    loss: str = ""              # "mse" (fusion default), "hinge" (tile default) or "logistic"
+    epochs: int = 100           # at most this many epochs
+    batch_size: int = 64        # graphs per step (tile: whole kernels, about this many configs)
+    lr: float = 1e-3            # Adam learning rate (cosine decay to lr/10 over `epochs`)
+    weight_decay: float = 0.0   # AdamW weight decay
+    margin: float = 0.1         # hinge margin, in standardised log-runtime units
+    patience: int = 10          # stop after this many epochs without a better validation figure
+    monitor: str = ""           # "loss", "mape" or "tau"; default: loss (fusion), tau (tile)
+    min_runtime_ns: float = 5000.0   # validation MAPE/tau only on kernels at least this long
+    even: bool = True           # draw examples evenly across programs
+    configs: int = 16           # tile task: configurations drawn per kernel per epoch
+    memory_mb: float = 2048     # decoded examples kept in memory; beyond that, stream shards
+    seed: int = 0               # seeds numpy, torch and the sampling
+    device: str = "cpu"         # "cpu" or "cuda"
+    threads: int = 0            # torch threads (0: min(2, cores))
+    max_time: float = 0.0       # stop after the epoch that passes this many seconds (0: no limit)
+    grad_clip: float = 1.0      # clip the gradient norm (0: off)
+    ema: float = 0.99           # validate and save an exponential moving average of the
+                                # weights with this decay per step (0: the raw weights)
+
+    def check(self) -> TrainOptions:
+        if self.task not in TASKS:
+            raise TpuperfError(f"--task must be one of {', '.join(TASKS)}")
+        if not self.loss:
+            self.loss = "mse" if self.task == "fusion" else "hinge"
+        if self.loss not in LOSSES:
+            raise TpuperfError(f"--loss must be one of {', '.join(LOSSES)}")
+        if self.task == "fusion" and self.loss != "mse":
+            raise TpuperfError(f"--loss {self.loss} is a pairwise rank loss between the tile "
+                               f"configurations of a kernel, for --task tile; --task fusion "
+                               f"fits runtimes with --loss mse", exit_code=2)
+        if not self.monitor:
+            self.monitor = "loss" if self.task == "fusion" else "tau"
+        if self.monitor not in ("loss", "mape", "tau"):
+            raise TpuperfError("--monitor must be loss, mape or tau")
+        if not 0 <= self.ema < 1:
+            raise TpuperfError("--ema must be in [0, 1)")
+        if self.epochs < 1 or self.batch_size < 1:
+            raise TpuperfError("--epochs and --batch-size must be at least 1")
+        if self.task == "tile" and self.configs < 2:
+            raise TpuperfError("--configs must be at least 2 for the tile task")
+        return self
+
+
+# Options a resumed run may change: how long it runs and what it runs on.
+# The others (the loss, the sampling, the network, ...) define the run.
+RESUME_CHANGEABLE = ("epochs", "patience", "max_time", "memory_mb", "threads", "device")
+
+
+def flag_name(field: str) -> str:
+    """The command-line option of a TrainOptions or NetConfig field."""
+    return "--min-us" if field == "min_runtime_ns" else "--" + field.replace("_", "-")
+
+
+def shown_value(field: str, value: object) -> object:
+    """A field's value as the command line gives it (--min-us in us)."""
+    return value / 1000.0 if field == "min_runtime_ns" else value
+
+
+def resume_options(stored_opts: dict, stored_net: dict, opts: TrainOptions | None, net: NetConfig | None,
+                   given: Iterable[str] | None) -> tuple[TrainOptions, NetConfig,
+                   list[tuple[str, object, object]]]:
+    """The options of a resumed run: the stored ones, except those named in
+    `given` (chosen explicitly, e.g. on the command line) that may change
+    (RESUME_CHANGEABLE), which take their value in opts. A given option of
+    another kind whose value differs from the stored one is refused
+    (TpuperfError, exit 2). Returns (opts, net, [(field, old, new)])."""
+    from tpuperf_cli.model.net import NetConfig
+
+    new_opts = TrainOptions(**stored_opts)
+    new_net = NetConfig.from_dict(stored_net)
+    opt_fields = {f.name for f in fields(TrainOptions)}
+    net_fields = {f.name for f in fields(NetConfig)}
+    changed, refused = [], []
+    for field in sorted(given or ()):
+        if field in opt_fields and opts is not None:
+            old, new = getattr(new_opts, field), getattr(opts, field)
+        elif field in net_fields and net is not None:
+            old, new = getattr(new_net, field), getattr(net, field)
+        else:
+            continue
+        if new == old:
+            continue
+        if field in RESUME_CHANGEABLE:
+            setattr(new_opts, field, new)
+            changed.append((field, old, new))
+        else:
+            refused.append(f"{flag_name(field)} (the run has {shown_value(field, old)}, "
+                           f"not {shown_value(field, new)})")
+    if refused:
+        raise TpuperfError(f"--resume cannot change {', '.join(refused)}: a resumed run keeps its "
+                           f"options and hyperparameters, but for "
+                           f"{', '.join(flag_name(f) for f in RESUME_CHANGEABLE)}", exit_code=2)
+    return new_opts.check(), new_net, changed

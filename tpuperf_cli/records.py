@@ -1,0 +1,154 @@
+"""The contract between the stages: record types, field names, array widths,
+and how an error names a record.
+
+Every tool reads and writes records (msgpack maps, see stream.py); this
+module holds what they agree on, so that no stage defines a width or a field
+list of its own. It imports nothing of tpuperf but `errors`, and every
+stage imports it: hlo, features, measure, model, eval, tile and commands.
+
+A record is a map with "v" (the schema version) and "type":
+
+    kernel   hlo-split, import tuning-json    KERNEL_FIELDS (+ TILE_FIELDS)
+    graph    featurize, import tpugraphs      the kernel fields + GRAPH_FIELDS
+    (any)    measure                          MEASURE_FIELDS
+    (any)    predict                          PREDICT_FIELDS
+    program  score                            PROGRAM_FIELDS
+
+Tools pass through fields they do not know, so pipelines compose.
+"""
+
+from collections.abc import Iterable
+from typing import Any
+
+from tpuperf_cli import SCHEMA_VERSION
+from tpuperf_cli.errors import StreamError
+
+# ---------------------------------------------------------------- types
+
+Record = dict[str, Any]          # a record as read from or written to a stream
+
+KERNEL_RECORD = "kernel"
+GRAPH_RECORD = "graph"
+PROGRAM_RECORD = "program"
+
+# ---------------------------------------------------------------- fields
+
+VERSION = "v"
+TYPE = "type"
+
+# kernel records (hlo-split)
+PROGRAM = "program"              # the program's name
+KERNEL = "kernel"                # the kernel instruction's name ("COMP/NAME" outside ENTRY)
+INDEX = "index"                  # order in the program
+COUNT = "count"                  # times the kernel runs per program run
+COUNT_KNOWN = "count_known"      # false where a trip count is unknown
+HLO = "hlo"                      # a standalone HloModule with just this kernel
+OPCODE = "opcode"
+FUSION_KIND = "fusion_kind"
+FINGERPRINT = "fingerprint"      # equal for identical kernels
+COMPUTATION = "computation"      # the computation the kernel sits in
+KERNEL_FIELDS = (PROGRAM, KERNEL, INDEX, COUNT, COUNT_KNOWN, HLO, OPCODE, FUSION_KIND,
+                 FINGERPRINT, COMPUTATION)
+
+# tile-task records (import): one record per tile configuration of a kernel
+CONFIG = "config"                # {BOUND_KEYS...: [ints]}
+CONFIG_INDEX = "config_index"    # the configuration's position among its kernel's
+IS_DEFAULT = "is_default"        # the configuration XLA's analytical model chose
+TILE_FIELDS = (CONFIG, CONFIG_INDEX, IS_DEFAULT)
+
+# graph records (featurize): arrays as {"dtype", "shape", "data"} maps
+NODE_OPCODE = "node_opcode"      # int32 (n,): TpuGraphs opcode ids
+NODE_FEAT = "node_feat"          # float32 (n, NODE_FEATURES)
+EDGE_INDEX = "edge_index"        # int32 (m, 2): row [u, v], u consumes v's output
+KERNEL_FEAT = "kernel_feat"      # float32 (len(KERNEL_FEATURES),)
+CONFIG_FEAT = "config_feat"      # float32 (CONFIG_FEATURES,)
+GRAPH_ARRAYS = (NODE_OPCODE, NODE_FEAT, EDGE_INDEX)            # the graph itself
+GRAPH_FIELDS = GRAPH_ARRAYS + (KERNEL_FEAT, CONFIG_FEAT)       # what featurize adds
+
+# measure
+RUNTIME_NS = "runtime_ns"        # the measured runtime, ns
+RUNS = "runs"                    # the samples it comes from
+NOISE = "noise"                  # the spread of the samples
+TARGET = "target"                # the hardware: a map with at least TARGET_KEYS
+ERROR = "error"                  # why a kernel could not be measured
+MEASURE_FIELDS = (RUNTIME_NS, RUNS, NOISE, TARGET, ERROR)
+TARGET_KEYS = ("platform", "device_kind", "chip")   # what tells two targets apart
+
+# predict
+PRED_NS = "pred_ns"              # the predicted runtime, ns (tile models: a ranking score)
+MODEL = "model"                  # the predicting model's name
+PREDICT_FIELDS = (PRED_NS, MODEL)
+
+# tpuperf baseline apply: the roofline baseline's prediction
+BASELINE_NS = "baseline_ns"      # predicted runtime, ns
+BASELINE_KIND = "baseline_kind"  # the kernel kind whose coefficient it used
+BASELINE_FIELDS = (BASELINE_NS, BASELINE_KIND)
+
+# program records (score)
+KERNELS = "kernels"              # records read for the program
+APE = "ape"                      # 100 |pred_ns - runtime_ns| / runtime_ns
+MEASURED = "measured"            # how many kernels were measured, when not all
+TOP = "top"                      # score --top: the kernels with the largest pred_ns x count
+PROGRAM_FIELDS = (PROGRAM, KERNELS, PRED_NS, COUNT_KNOWN, MODEL, RUNTIME_NS, APE, MEASURED, TOP)
+
+# ---------------------------------------------------------------- widths
+
+# TpuGraphs' layout, index for index (features/nodes.py, features/config.py)
+NODE_FEATURES = 140
+KERNEL_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "output_bytes")
+# The three bound lists of a tile configuration, in the order TpuGraphs lays
+# them out in its config features: each BOUND_SLOTS entries, sum, product.
+BOUND_KEYS = ("kernel_bounds", "output_bounds", "input_bounds")
+BOUND_SLOTS = 6
+CONFIG_FEATURES = len(BOUND_KEYS) * (BOUND_SLOTS + 2)    # 24
+
+
+# ---------------------------------------------------------------- records
+
+def new_record(type_: str, **fields: Any) -> Record:
+    """A record of the given type at the current schema version."""
+    return {VERSION: SCHEMA_VERSION, TYPE: type_, **fields}
+
+
+def locate(number: int | None = None, name: str | None = None, record: Record | None = None) -> str:
+    """How an error names a record: "NAME: record N", with " (PROGRAM/KERNEL)"
+    when the record has either; "record" alone when the number is unknown."""
+    at = f"{name or 'input'}: record {number}" if number is not None else "record"
+    if isinstance(record, dict):
+        program, kernel = record.get(PROGRAM), record.get(KERNEL)
+        if program or kernel:
+            return f"{at} ({program}/{kernel})"
+    return at
+
+
+class Location:
+    """locate(number, name, record), built only when an error needs it (for
+    loops that read many records and name few)."""
+
+    __slots__ = ("record", "number", "name")
+
+    def __init__(self, record: Record | None, number: int | None, name: str | None):
+        self.record, self.number, self.name = record, number, name
+
+    def __str__(self) -> str:
+        return locate(self.number, self.name, self.record)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+
+def require(record: Record, fields: Iterable[str], number: int | None = None,
+            name: str | None = None) -> None:
+    """Raise StreamError naming the record if it lacks any of the fields."""
+    missing = [f for f in fields if f not in record]
+    if missing:
+        raise StreamError(f"{locate(number, name)}: missing field(s) {', '.join(missing)} "
+                          f"(type {record.get(TYPE, '?')!r})")
+
+
+def target_identity(target: Any) -> tuple | None:
+    """What tells two measurement targets apart (TARGET_KEYS), None for a
+    record without a target map."""
+    if not isinstance(target, dict):
+        return None
+    return tuple(target.get(k) for k in TARGET_KEYS)
