@@ -185,6 +185,34 @@ def test_rank_loss_orders_two_configs():
     assert float(rank_loss(torch.tensor([1.0, 0.0]), y, torch.tensor([0, 1]))) == 0.0
 
 
+def test_noise_weights_halve_at_the_scale_and_keep_unknown_noise():
+    from tpuperf_cli.model.train import noise_weights
+
+    w = noise_weights(np.array([0.0, 0.05, np.nan, 0.5]), 0.05, "cpu").numpy()
+    assert w.mean() == pytest.approx(1.0)
+    assert w[1] == pytest.approx(w[0] / 2) and w[2] == pytest.approx(w[0])
+    assert w[3] < w[1] / 10
+
+
+def test_noisy_kernels_pull_the_model_less(tmp_path):
+    """Two copies of one kernel, one steady and one whose label is off by
+    5x and noisy: with --noise-scale the model follows the steady one."""
+    rec = synthetic_records(n_programs=1, kernels=1, seed=7)[0]
+    steady = [{**rec, "kernel": f"s{i}", "runtime_ns": 1e4, "noise": 0.01} for i in range(8)]
+    noisy = [{**rec, "kernel": f"n{i}", "runtime_ns": 5e4, "noise": 0.5} for i in range(8)]
+    (shard,) = write_shards(tmp_path, steady + noisy)
+    preds = {}
+    for scale in (0.0, 0.05):
+        out = tmp_path / f"m{scale}.pt"
+        train([shard], out, NetConfig(**TINY), fast_opts(epochs=30, noise_scale=scale, ema=0),
+              progress=quiet)
+        from tpuperf_cli.model.predict import load_model, predict_batch
+
+        model = load_model(str(out))
+        preds[scale] = float(predict_batch(model, [steady[0]])[0])
+    assert abs(np.log(preds[0.05] / 1e4)) < abs(np.log(preds[0.0] / 1e4))
+
+
 # ---------------------------------------------------------------- training
 
 def test_tiny_model_trains_and_loss_falls(shards, tmp_path):

@@ -34,6 +34,10 @@ from tpuperf_cli.errors import TpuperfError
 @click.option("--weight-decay", type=click.FloatRange(0), default=0.0, show_default=True, help="AdamW weight decay.")
 @click.option("--margin", type=click.FloatRange(0), default=0.1, show_default=True,
               help="Hinge margin (standardised log-runtime units).")
+@click.option("--noise-scale", type=click.FloatRange(0), default=0.0, show_default=True, metavar="S",
+              help="Weigh each kernel's loss by S^2/(S^2+noise^2), noise being measure's relative "
+                   "spread of its samples: a kernel as noisy as S counts half (0: all alike; "
+                   "--task fusion).")
 @click.option("--patience", type=click.IntRange(1), default=10, show_default=True,
               help="Stop after this many epochs without a better validation figure.")
 @click.option("--monitor", type=click.Choice(["loss", "mape", "tau"]), default=None,
@@ -96,7 +100,7 @@ from tpuperf_cli.errors import TpuperfError
 @click.option("--name", help="Model name stem recorded in predictions (default: FILE's file name).")
 @quiet_option(help="No progress lines or summary on stderr (warnings still go there).")
 def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, weight_decay, margin,
-        patience, monitor, min_us, even, configs, memory_mb, seed, device, threads, max_time,
+        noise_scale, patience, monitor, min_us, even, configs, memory_mb, seed, device, threads, max_time,
         ema, gnn, layers, hidden, opcode_dim, neighbors, aggregate, directed, normalize, kernel_head,
         reduction,
         heads, seq_layers, dropout, resume, keep_state, name, quiet):
@@ -191,7 +195,8 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
     except ValueError as e:
         raise TpuperfError(str(e), exit_code=2) from None
     opts = TrainOptions(task=task, loss=loss or "", epochs=epochs, batch_size=batch_size, lr=lr,
-                        weight_decay=weight_decay, margin=margin, patience=patience,
+                        weight_decay=weight_decay, margin=margin, noise_scale=noise_scale,
+                        patience=patience,
                         monitor=monitor or "", min_runtime_ns=min_us * 1000.0, even=even,
                         configs=configs, memory_mb=memory_mb, seed=seed, device=device,
                         threads=threads, max_time=max_time, ema=ema)

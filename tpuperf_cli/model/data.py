@@ -34,7 +34,7 @@ class Batch:
     """Many graphs as one: node rows concatenated, edges offset."""
 
     __slots__ = ("opcode", "x", "kernel_x", "n_nodes", "in_src", "in_dst", "out_src", "out_dst",
-                 "seq_keep", "seq_graph", "seq_pos", "seq_len", "seq_lengths", "y", "group")
+                 "seq_keep", "seq_graph", "seq_pos", "seq_len", "seq_lengths", "y", "noise", "group")
 
     def __len__(self):
         return self.n_nodes.shape[0]
@@ -107,6 +107,7 @@ def make_batch(examples: Sequence[Example], scaler: Scaler, lut: np.ndarray, nei
     rt = np.fromiter((ex.runtime for ex in examples), np.float64, len(examples))
     with np.errstate(invalid="ignore", divide="ignore"):
         b.y = np.where(rt > 0, scaler.target(np.where(rt > 0, rt, 1.0)), np.nan).astype(np.float32)
+    b.noise = np.fromiter((ex.noise for ex in examples), np.float32, len(examples))
     b.group = groups
     return b
 

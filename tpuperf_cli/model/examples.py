@@ -36,6 +36,7 @@ from tpuperf_cli.records import (
     NODE_FEAT,
     NODE_FEATURES,
     NODE_OPCODE,
+    NOISE,
     PROGRAM,
     RUNTIME_NS,
     TYPE,
@@ -50,7 +51,7 @@ class Example:
     """One graph record, reduced to the arrays the model reads."""
 
     __slots__ = ("opcode", "node_feat", "edges", "kernel_feat", "config_feat",
-                 "runtime", "program", "kernel", "order")
+                 "runtime", "program", "kernel", "order", "noise")
 
     def __init__(self, opcode: np.ndarray, node_feat: np.ndarray, edges: np.ndarray, kernel_feat: np.ndarray,
                  config_feat: np.ndarray, runtime: float = math.nan, program: str = "", kernel: str = ""):
@@ -63,6 +64,7 @@ class Example:
         self.program = program
         self.kernel = kernel
         self.order = None      # topological order, computed when a sequence reduction needs it
+        self.noise = math.nan  # measure's relative spread of the samples, where it wrote one
 
     @property
     def n(self) -> int:
@@ -144,8 +146,12 @@ def example(record: Record, number: int | None = None, name: str | None = None) 
         raise StreamError(f"{where}: config_feat has {cf.size} values, expected {CONFIG_FEATURES}")
     rt = record.get(RUNTIME_NS)
     runtime = float(rt) if isinstance(rt, (int, float)) and not isinstance(rt, bool) else math.nan
-    return Example(opcode, feat, edges, kf, cf, runtime,
-                   str(record.get(PROGRAM, "")), str(record.get(KERNEL, "")))
+    ex = Example(opcode, feat, edges, kf, cf, runtime,
+                 str(record.get(PROGRAM, "")), str(record.get(KERNEL, "")))
+    nz = record.get(NOISE)
+    if isinstance(nz, (int, float)) and not isinstance(nz, bool) and nz >= 0:
+        ex.noise = float(nz)
+    return ex
 
 
 _NO_CONFIG = np.zeros(CONFIG_FEATURES, np.float32)

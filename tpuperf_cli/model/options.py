@@ -32,6 +32,7 @@ class TrainOptions:
     lr: float = 1e-3            # Adam learning rate (cosine decay to lr/10 over `epochs`)
     weight_decay: float = 0.0   # AdamW weight decay
     margin: float = 0.1         # hinge margin, in standardised log-runtime units
+    noise_scale: float = 0.0    # weigh kernels by measure's noise (0: all alike); see noise_weights
     patience: int = 10          # stop after this many epochs without a better validation figure
     monitor: str = ""           # "loss", "mape" or "tau"; default: loss (fusion), tau (tile)
     min_runtime_ns: float = 5000.0   # validation MAPE/tau only on kernels at least this long

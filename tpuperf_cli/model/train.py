@@ -69,6 +69,17 @@ def rank_loss(score: torch.Tensor, y: torch.Tensor, group: torch.Tensor, kind: s
     return functional.softplus(-diff).mean()
 
 
+def noise_weights(noise: np.ndarray, scale: float, device: str) -> torch.Tensor:
+    """Loss weights from measure's noise: scale^2 / (scale^2 + noise^2), so a
+    kernel whose samples spread by `scale` counts half, a steady one fully,
+    and one without noise (an older corpus) fully; normalised to mean 1."""
+    import torch
+
+    nz = np.nan_to_num(np.asarray(noise, np.float64), nan=0.0)
+    w = scale ** 2 / (scale ** 2 + nz ** 2)
+    return torch.from_numpy((w / max(w.mean(), 1e-12)).astype(np.float32)).to(device)
+
+
 def batch_loss(net: Net, b: Batch, opts: TrainOptions, device: str) -> torch.Tensor:
     import torch
 
@@ -77,6 +88,9 @@ def batch_loss(net: Net, b: Batch, opts: TrainOptions, device: str) -> torch.Ten
     pred = net(to_device(b, device))
     y = torch.from_numpy(b.y).to(device)
     if opts.loss == "mse":
+        if opts.noise_scale > 0:
+            return torch.sum(noise_weights(b.noise, opts.noise_scale, device) * (pred - y) ** 2) / \
+                max(len(b.noise), 1)
         return torch.mean((pred - y) ** 2)
     group = torch.from_numpy(b.group).to(device)
     return rank_loss(pred, y, group, opts.loss, opts.margin)
