@@ -72,7 +72,10 @@ NOISE = "noise"                  # the spread of the samples
 TARGET = "target"                # the hardware: a map with at least TARGET_KEYS
 ERROR = "error"                  # why a kernel could not be measured
 MEASURE_FIELDS = (RUNTIME_NS, RUNS, NOISE, TARGET, ERROR)
-TARGET_KEYS = ("platform", "device_kind", "chip")   # what tells two targets apart
+# what tells two targets apart: the machine (a bare "AMD EPYC" names several
+# CPU generations: family, model, stepping and caches tell them apart), how
+# many CPUs and which clock timed it, and the timing method
+TARGET_KEYS = ("platform", "device_kind", "chip", "cpu", "caches", "cpu_count", "clock", "method")
 
 # predict
 PRED_NS = "pred_ns"              # the predicted runtime, ns (tile models: a ranking score)
@@ -151,4 +154,12 @@ def target_identity(target: Any) -> tuple | None:
     record without a target map."""
     if not isinstance(target, dict):
         return None
-    return tuple(target.get(k) for k in TARGET_KEYS)
+    return tuple(_frozen(target.get(k)) for k in TARGET_KEYS)
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value

@@ -379,5 +379,11 @@ def predict_records(records: Iterable[Record], model: Model | str | None = None,
 def _target_text(t):
     if not isinstance(t, dict):
         return "an unknown target"
-    parts = [str(t.get(k)) for k in TARGET_KEYS if t.get(k)]
+    parts = []
+    for k in TARGET_KEYS:
+        v = t.get(k)
+        if isinstance(v, dict):
+            v = ",".join(f"{a}={b}" for a, b in sorted(v.items()))
+        if v:
+            parts.append(f"{k}={v}" if k in ("cpu_count", "clock", "method") else str(v))
     return "/".join(parts) or "an unknown target"

@@ -299,7 +299,8 @@ def _trained_info(run, train_set, data, valid, split, figures, seconds):
             "seconds": seconds, "best_seconds": seconds, "stopped": None,
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "tpuperf": __version__, "options": asdict(run.opts), "parameters": run.parameters,
-            "targets": [dict(zip(TARGET_KEYS, k)) for k in train_set.targets]}
+            "targets": [{k: v for k, v in train_set.target_dicts[key].items() if k in TARGET_KEYS}
+                        for key in train_set.targets]}
 
 
 def _finish(out, run, seconds, stopped):
