@@ -39,18 +39,27 @@ def default_model_path():
                         "data", DEFAULT_MODEL)
 
 
-def set_threads(threads=None):
-    """Limit torch (and OpenMP) to `threads` threads; default: at most 2 or
-    $TPUPERF_THREADS, so tools share a small machine politely."""
+def thread_env(threads=None):
+    """The number of threads to use (default: at most 2, or $TPUPERF_THREADS),
+    set in the environment for OpenMP and OpenBLAS libraries loaded after
+    this; imports no torch. Returns the number."""
     if threads is None:
         env = os.environ.get("TPUPERF_THREADS")
         threads = int(env) if env and env.isdigit() else min(2, os.cpu_count() or 1)
     threads = max(1, int(threads))
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(threads))
     # Idle OpenMP threads sleep instead of spinning: on a loaded machine
     # spinning threads slow torch and DGL down ten-fold.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("DGLBACKEND", "pytorch")
+    return threads
+
+
+def set_threads(threads=None):
+    """Limit torch (and OpenMP) to `threads` threads; default: at most 2 or
+    $TPUPERF_THREADS, so tools share a small machine politely."""
+    threads = thread_env(threads)
     import torch
 
     if torch.get_num_threads() != threads:
