@@ -213,6 +213,8 @@ class NumpyNet:
     engine = "numpy"
 
     def __init__(self, cfg, state):
+        import scipy.sparse  # noqa: F401  (loaded now, so start-up counts it)
+
         if not isinstance(cfg, NetConfig):
             raise Unsupported("config")
         self.cfg = cfg
