@@ -17,6 +17,7 @@ from tpuperf_cli.stream import RecordWriter, read_records
 
 torch = pytest.importorskip("torch")
 
+from tpuperf_cli.model.infer import SPARSE_AFTER  # noqa: E402
 from tpuperf_cli.model.net import NetConfig  # noqa: E402
 from tpuperf_cli.model.predict import load_model, predict_records  # noqa: E402
 from tpuperf_cli.model.train import TrainOptions, train  # noqa: E402
@@ -111,7 +112,12 @@ def test_fresh_models_of_every_kind_agree(variant, shard, tmp_path):
     assert fast.engine == "numpy"
     assert load_model(str(out)).engine == "numpy"            # auto
     recs = synthetic_records(n_programs=2, kernels=25, seed=9, nodes=(1, 30)) + _graphs_out_of_order()
-    assert_same(predicted(fast, recs, batch_size=7), predicted(slow, recs, batch_size=7))
+    want = predicted(slow, recs, batch_size=7)
+    assert_same(predicted(fast, recs, batch_size=7), want)
+    # and through scipy's sparse products, as on a long stream
+    fast = load_model(str(out), engine="numpy")
+    fast.net.graphs_seen = SPARSE_AFTER
+    assert_same(predicted(fast, recs, batch_size=7), want)
 
 
 def test_unknown_weights_fall_back_to_dgl(tmp_path):
