@@ -171,3 +171,23 @@ def test_stream_through_both_engines_is_the_same_bytes_but_pred(tmp_path):
     b = list(predict_records(read_records(io.BytesIO(buf.getvalue())), load_model(engine="dgl")))
     assert [sorted(r) for r in a] == [sorted(r) for r in b]
     assert_same(np.array([r["pred_ns"] for r in a]), np.array([r["pred_ns"] for r in b]))
+
+
+def test_predict_command_engines_agree():
+    from click.testing import CliRunner
+
+    from tpuperf_cli.commands.predict import cli
+
+    recs = synthetic_records(n_programs=1, kernels=8, seed=4)
+    buf = io.BytesIO()
+    w = RecordWriter(buf)
+    for r in recs:
+        w.write(r)
+    w.flush()
+    got = {}
+    for engine in ("auto", "dgl"):
+        res = CliRunner().invoke(cli, ["--engine", engine, "--threads", "1"], input=buf.getvalue())
+        assert res.exit_code == 0, res.output
+        got[engine] = np.array([r["pred_ns"] for r in read_records(io.BytesIO(res.stdout_bytes))])
+    assert len(got["auto"]) == 8
+    assert_same(got["auto"], got["dgl"])
