@@ -3,10 +3,10 @@
 Importing torch and DGL costs `predict` seconds before its first record. The
 network itself is small (a few matrix products per layer), so here the
 weights of a model file run in numpy float32: the same arithmetic as net.Net
-in eval mode (dropout off), to float32 rounding, and past start-up about
-twice as fast as the DGL network on this project's machine
-(benchmarks/bench_predict.py). DGL stays the training library; this is the
-default engine of predict, eval and select wherever it can run the model.
+in eval mode (dropout off), to float32 rounding; past start-up it costs
+about as much CPU as the DGL network (benchmarks/bench_predict.py). DGL
+stays the training library; this is the default engine of predict, eval
+and select wherever it can run the model.
 
 * `read_model_dict(path)` reads a model file without torch: torch.save's zip
   holds a pickle (data.pkl) and one raw little-endian file per tensor. A
