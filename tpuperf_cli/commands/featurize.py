@@ -100,8 +100,15 @@ def cli(inputs, output, skip_bad, quiet):
          before it has been written
       2  a record's HLO does not parse
     """
+    import gc
+
     from tpuperf_cli.features import featurize_kernel
     from tpuperf_cli.stream import read_records
+
+    # Each record's parse makes thousands of short-lived objects and no
+    # cycles: collect rarely, and never walk what was loaded at start-up.
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 1000)
 
     err = sys.stderr
     progress = not quiet and err.isatty()

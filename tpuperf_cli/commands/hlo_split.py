@@ -130,8 +130,15 @@ def cli(files, program, summary, output, quiet):
          expected (an empty file, or one without an ENTRY computation, is
          an error too)
     """
+    import gc
+
     from tpuperf_cli.hlo.parser import parse_module
     from tpuperf_cli.hlo.split import kernel_records
+
+    # A program's parsed module is thousands of objects without cycles that
+    # live until the end: the collector would only walk them again and again.
+    gc.disable()
+
     sources = list(files) or ["-"]
     if program and len(sources) > 1:
         raise click.UsageError("--program names one program: give it with one input only")

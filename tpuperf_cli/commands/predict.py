@@ -24,13 +24,20 @@ from tpuperf_cli.commands.options import (
 @output_option(help="Write records here (.zst: compressed) instead of stdout.")
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
 @click.option("--threads", type=click.IntRange(0), default=0,
-              help="Torch threads (default: min(2, cores) or $TPUPERF_THREADS).")
+              help="Threads for the math (default: min(2, cores) or $TPUPERF_THREADS).")
+@click.option("--engine", type=click.Choice(["auto", "numpy", "dgl"]), default="auto",
+              show_default=True,
+              help="What runs the model: numpy (the trained weights in numpy; no torch or "
+                   "DGL loaded, so predict starts fast), dgl (the network tpuperf train "
+                   "built, in torch and DGL), or auto: numpy on the CPU for every model "
+                   "tpuperf train makes, dgl otherwise (--device cuda, or a file numpy "
+                   "cannot read). Both give the same predictions to float32 rounding.")
 @click.option("--show-model", is_flag=True,
               help="Print what the model file holds (name, task, target, hyperparameters, "
                    "training data and figures) as JSON and exit.")
 @quiet_option(help="No warning on stderr when the records' measurement target differs from "
                    "the model's.")
-def cli(files, model, batch_size, output, device, threads, show_model, quiet):
+def cli(files, model, batch_size, output, device, threads, engine, show_model, quiet):
     """Predict each kernel's runtime with a trained model.
 
     Reads graph records (from featurize) from the files given (plain or
@@ -67,15 +74,15 @@ def cli(files, model, batch_size, output, device, threads, show_model, quiet):
 
     Exit status: 0 on success, 1 on bad input or a bad model file.
     """
-    from tpuperf_cli.model import set_threads
+    from tpuperf_cli.model import thread_env
 
-    set_threads(threads or None)
+    thread_env(threads or None)         # before numpy loads its BLAS
     from tpuperf_cli.model.predict import load_model, predict_records
     from tpuperf_cli.stream import read_many
 
     if not show_model:
         refuse_terminal(output, "score")
-    model = load_model(model, device=device)
+    model = load_model(model, device=device, threads=threads or None, engine=engine)
     if show_model:
         json.dump(model.describe(), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

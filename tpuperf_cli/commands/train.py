@@ -180,7 +180,7 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
     from tpuperf_cli.model import set_threads
 
     set_threads(threads or None)
-    from tpuperf_cli.model.net import NetConfig
+    from tpuperf_cli.model.config import NetConfig
     from tpuperf_cli.model.train import TrainOptions, train
 
     shards = list(data) + list(files)

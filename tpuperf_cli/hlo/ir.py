@@ -120,7 +120,7 @@ class Shape:
             yield self
 
 
-@dataclass
+@dataclass(slots=True)       # slots: a program has thousands; faster to make and to read
 class Instruction:
     name: str                        # without the leading %
     opcode: str                      # as printed: "add", "fusion", "custom-call", ...

@@ -270,18 +270,19 @@ class _Parser:
 
     def _instruction_line(self, s, lineno):
         m = _RE_HEAD.match(s)
-        if m is not None and m.group(4) in OPCODES:
-            text = m.group(3)
-            shape = shape_cache.get(text)
-            if shape is None:
-                am = RE_ARRAY.match(s, m.start(3))
-                if am.end() != m.end(3):
-                    return self._instruction_slow(s, lineno)
-                shape = array_shape(am, m.start(3))
-                shape_cache[text] = shape
-            return self._instruction_rest(s, lineno, m.group(1) is not None, m.group(2), shape,
-                                          m.group(4), m.end() - 1)
-        return self._instruction_slow(s, lineno)
+        if m is None:
+            return self._instruction_slow(s, lineno)
+        root, name, text, opcode = m.groups()
+        if opcode not in OPCODES:
+            return self._instruction_slow(s, lineno)
+        shape = shape_cache.get(text)
+        if shape is None:
+            am = RE_ARRAY.match(s, m.start(3))
+            if am.end() != m.end(3):
+                return self._instruction_slow(s, lineno)
+            shape = array_shape(am, m.start(3))
+            shape_cache[text] = shape
+        return self._instruction_rest(s, lineno, root is not None, name, shape, opcode, m.end() - 1)
 
     def _instruction_slow(self, s, lineno):
         m = _RE_INSTR.match(s)
@@ -358,16 +359,24 @@ class _Parser:
                     raise ValueError((open_ + 1, "expected a parameter number"))
                 instr.operands = ops
         rest = close + 1
-        tail = s[rest:]
-        if tail.strip():
-            t = tail.lstrip()
-            if t[0] != ",":
-                raise ValueError((rest + len(tail) - len(t), f"expected ',' or end of line, found {t[:20]!r}"))
-            attrs_at = rest + len(tail) - len(t) + 1
+        if s[rest:rest + 1] == ",":          # the usual case: attributes right after ')'
+            t = s
+            tail = None
+        else:
+            tail = s[rest:]
+            t = tail.lstrip() if tail.strip() else None
+        if t is not None:
+            if tail is not None:
+                if t[0] != ",":
+                    raise ValueError((rest + len(tail) - len(t), f"expected ',' or end of line, "
+                                                                 f"found {t[:20]!r}"))
+                attrs_at = rest + len(tail) - len(t) + 1
+            else:
+                attrs_at = rest + 1
             attrs = self._attr_dict(s, attrs_at, lineno)
             instr.attrs = attrs
             called = None
-            keys = [k for k in attrs if k in _CALL_SET]
+            keys = [k for k in attrs if k in _CALL_SET] if not _CALL_SET.isdisjoint(attrs) else ()
             if len(keys) > 1:
                 keys.sort(key=CALL_ATTRS.index)      # XLA's order: body before condition
             for key in keys:
@@ -400,9 +409,12 @@ class _Parser:
         match = RE_ATTR.match
         while True:
             m = match(s, pos)
-            if m is None or m.group(1) in attrs:
+            if m is None:
                 break
-            attrs[m.group(1)] = m.group(2)
+            key, value = m.groups()
+            if key in attrs:
+                break
+            attrs[key] = value
             pos = m.end()
             if pos >= end:
                 if s[pos - 1] != ",":

@@ -34,6 +34,8 @@ from tpuperf_cli.hlo import attrs
 from tpuperf_cli.hlo.ir import CALL_ATTRS, OPCODES, Computation, Instruction, Module, async_base
 from tpuperf_cli.records import KERNEL_RECORD, Record, new_record
 
+_CALL_SET = frozenset(CALL_ATTRS)      # for `in` tests on the hot path
+
 # Instructions that are not kernels: they move no data or only orchestrate.
 NOT_KERNELS = frozenset({
     "parameter", "constant", "tuple", "get-tuple-element", "bitcast",
@@ -235,6 +237,131 @@ def _print_computation(comp, cname, normalize, entry=False):
     return "\n".join(lines)
 
 
+def _print_both(comp, cmap):
+    """The plain and the normalised text of a computation called by a kernel
+    (as _print_computation prints them with cname identity and with cmap),
+    in one pass over its instructions."""
+    index = {ins.name: f"i{k}" for k, ins in enumerate(comp.instructions)}
+    root = comp.root
+    params = [p for p in comp.parameters]
+    root_text = _RE_LAYOUT.sub("", root.shape.text)
+    sig_p = ", ".join(f"{p.name}: {_RE_LAYOUT.sub('', p.shape.text)}" for p in params)
+    sig_n = ", ".join(f"{index[p.name]}: {_RE_LAYOUT.sub('', p.shape.text)}" for p in params)
+    plain = [f"%{comp.name} ({sig_p}) -> {root_text} {{"]
+    norm = [f"%{cmap[comp.name]} ({sig_n}) -> {root_text} {{"]
+    call_attrs = _CALL_SET
+    drop = _DROP_ATTRS
+    drop_fp = _DROP_FINGERPRINT
+    for ins in comp.instructions:
+        op = ins.opcode
+        shape = ins.shape
+        sugar = op not in OPCODES and op.endswith("-start")
+        if sugar:
+            op = async_base(op)
+            if shape.is_tuple and len(shape.tuple_shapes) >= 2:
+                shape = shape.tuple_shapes[1]
+        if op == "constant":
+            inner_p = inner_n = ins.literal
+        elif op == "parameter":
+            inner_p = inner_n = str(ins.parameter_number)
+        else:
+            ops = ins.operands
+            inner_p = ", ".join(["%" + o for o in ops])
+            inner_n = ", ".join(["%" + index[o] for o in ops])
+        head = "  ROOT %" if ins is root else "  %"
+        text = f" = {shape.text} {op}("
+        line_p = f"{head}{ins.name}{text}{inner_p})"
+        line_n = f"{head}{index[ins.name]}{text}{inner_n})"
+        if ins.attrs:
+            tail_p = []
+            tail_n = []
+            for key, value in ins.attrs.items():
+                if key in drop or (sugar and key == "async_execution_thread"):
+                    continue
+                if key in call_attrs:
+                    if value.startswith("{"):
+                        names = [x.strip().lstrip("%") for x in value[1:-1].split(",") if x.strip()]
+                        tail_p.append(f"{key}={{{', '.join('%' + n for n in names)}}}")
+                        tail_n.append(f"{key}={{{', '.join('%' + cmap[n] for n in names)}}}")
+                    else:
+                        name = value.lstrip("%")
+                        tail_p.append(f"{key}=%{name}")
+                        tail_n.append(f"{key}=%{cmap[name]}")
+                    continue
+                part = f"{key}={value}"
+                tail_p.append(part)
+                if key not in drop_fp:
+                    tail_n.append(part)
+            if tail_p:
+                line_p = ", ".join([line_p, *tail_p])
+            if tail_n:
+                line_n = ", ".join([line_n, *tail_n])
+        plain.append(line_p)
+        norm.append(line_n)
+    tail = ", ".join(f"{k}={v}" for k, v in comp.attrs.items())
+    plain.append("}, " + tail if tail else "}")
+    norm.append("}, " + tail if tail else "}")
+    return "\n".join(plain), "\n".join(norm)
+
+
+def kernel_texts(module: Module, kernel: Kernel | tuple[Computation, Instruction]) -> tuple[str, str]:
+    """(standalone module text, its normalised form) of a Kernel or a
+    (computation, instruction) pair: kernel_module(module, kernel) and
+    kernel_module(module, kernel, normalize=True), made together."""
+    if isinstance(kernel, Kernel):
+        comp, ins = kernel.computation, kernel.instruction
+    else:
+        comp, ins = kernel
+    called = _closure(module, ins.called)
+    cmap = {n: f"c{k}" for k, n in enumerate(called)}
+    entry_name = "main"
+    while entry_name in module.computations:
+        entry_name += "_kernel"
+    distinct = list(dict.fromkeys(ins.operands))       # one parameter per distinct operand
+    used = set()
+    comps = module.computations
+    for c in called:
+        used.update(comps[c].by_name)
+    out_p = [f"HloModule {_module_name(kernel_label(comp, ins))}", ""]
+    out_n = ["HloModule kernel", ""]
+    for c in called:
+        p, n = _print_both(comps[c], cmap)
+        out_p += (p, "")
+        out_n += (n, "")
+    root_shape = ins.shape
+    if _async_sugar(ins) and root_shape.is_tuple and len(root_shape.tuple_shapes) >= 2:
+        root_shape = root_shape.tuple_shapes[1]
+    for normalize, out in ((False, out_p), (True, out_n)):
+        kname = "k" if normalize else ins.name
+        pnames = {}
+        lines = []
+        params = []
+        for k, o in enumerate(distinct):
+            shape = comp.by_name[o].shape
+            p = f"a{k}" if normalize else f"arg.{k}"
+            while p == kname or p in used:
+                p += "_"
+            pnames[o] = p
+            if shape.element_type == "token":
+                lines.append(f"  %{p} = token[] after-all()")
+            else:
+                lines.append(f"  %{p} = {shape.text} parameter({len(params)})")
+                params.append((p, shape))
+        cname = cmap.__getitem__ if normalize else _same
+        body = _print_instruction(ins, lambda x: pnames.get(x, kname), cname, normalize,
+                                  is_root=True)
+        lines.append("  " + body)
+        out.append(f"ENTRY %{'main' if normalize else entry_name} {_signature(params, root_shape)} {{")
+        out.extend(lines)
+        out.append("}")
+        out.append("")
+    return "\n".join(out_p), "\n".join(out_n)
+
+
+def _same(name: str) -> str:
+    return name
+
+
 def kernel_module(module: Module, kernel: Kernel | tuple[Computation, Instruction],
                   normalize: bool = False) -> str:
     """A standalone HloModule text for one Kernel (or (computation,
@@ -243,62 +370,7 @@ def kernel_module(module: Module, kernel: Kernel | tuple[Computation, Instructio
     normalize=True gives the canonical form the fingerprint hashes:
     computations c0.., instructions i0.., no metadata.
     """
-    if isinstance(kernel, Kernel):
-        comp, ins = kernel.computation, kernel.instruction
-    else:
-        comp, ins = kernel
-    called = _closure(module, ins.called)
-    if normalize:
-        cmap = {n: f"c{k}" for k, n in enumerate(called)}
-        entry_name = "main"
-        cname = cmap.__getitem__
-    else:
-        entry_name = "main"
-        while entry_name in module.computations:
-            entry_name += "_kernel"
-
-        def cname(n):
-            return n
-
-    # one parameter per distinct operand, in order of first use
-    distinct = []
-    for o in ins.operands:
-        if o not in distinct:
-            distinct.append(o)
-    used = set()
-    for c in called:
-        used.update(i.name for i in module.computations[c].instructions)
-    kname = "k" if normalize else ins.name
-    pnames = {}
-    lines = []
-    params = []
-    for n, o in enumerate(distinct):
-        shape = comp.by_name[o].shape
-        base = f"a{n}" if normalize else f"arg.{n}"
-        p = base
-        while p == kname or p in used:
-            p += "_"
-        pnames[o] = p
-        if shape.element_type == "token":
-            lines.append(f"  %{p} = token[] after-all()")
-        else:
-            lines.append(f"  %{p} = {shape.text} parameter({len(params)})")
-            params.append((p, shape))
-    body = _print_instruction(ins, lambda x: pnames.get(x, kname), cname, normalize,
-                              is_root=True)
-    lines.append("  " + body)
-    out = [f"HloModule {'kernel' if normalize else _module_name(kernel_label(comp, ins))}", ""]
-    for c in called:
-        out.append(_print_computation(module.computations[c], cname, normalize))
-        out.append("")
-    root_shape = ins.shape
-    if _async_sugar(ins) and root_shape.is_tuple and len(root_shape.tuple_shapes) >= 2:
-        root_shape = root_shape.tuple_shapes[1]
-    out.append(f"ENTRY %{entry_name} {_signature(params, root_shape)} {{")
-    out.extend(lines)
-    out.append("}")
-    out.append("")
-    return "\n".join(out)
+    return kernel_texts(module, kernel)[1 if normalize else 0]
 
 
 def kernel_label(comp: Computation, ins: Instruction) -> str:
@@ -309,10 +381,11 @@ def _module_name(label):
     return re.sub(r"[^\w.\-]", "_", label)
 
 
-def fingerprint(module: Module, kernel: Kernel) -> str:
-    """Hex digest (32 chars) of the kernel's normalised standalone module:
-    equal for identical kernels whatever their names and metadata."""
-    text = kernel_module(module, kernel, normalize=True)
+def fingerprint(module: Module, kernel: Kernel, normalized: str | None = None) -> str:
+    """Hex digest (32 chars) of the kernel's normalised standalone module
+    (normalized: that text, if already made): equal for identical kernels
+    whatever their names and metadata."""
+    text = normalized if normalized is not None else kernel_module(module, kernel, normalize=True)
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
@@ -342,6 +415,7 @@ def kernel_records(module: Module, program: str | None = None,
     ir.Module, in program order."""
     program = program or module.name
     for k in find_kernels(module, warn=warn):
+        hlo, normalized = kernel_texts(module, k)
         yield new_record(
             KERNEL_RECORD,
             program=program,
@@ -349,9 +423,9 @@ def kernel_records(module: Module, program: str | None = None,
             index=k.index,
             count=k.count,
             count_known=k.count_known,
-            hlo=kernel_module(module, k),
+            hlo=hlo,
             opcode=k.opcode,
             fusion_kind=k.fusion_kind,
-            fingerprint=fingerprint(module, k),
+            fingerprint=fingerprint(module, k, normalized),
             computation=k.computation.name,
         )

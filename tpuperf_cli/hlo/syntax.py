@@ -25,7 +25,7 @@ def _attr_regex(depth=4):
     """One attribute `key=value` and the comma after it, for the fast path:
     strings, brackets and braces nested up to `depth` deep (possessive, so
     no backtracking blow-up). Lines it cannot read whole go the slow way."""
-    string = r'"(?:[^"\\\n]|\\.)*+"'
+    string = r'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"'     # unrolled: a run of plain characters at a time
     brace = r"\{(?:[^{}\"]++|" + string + r")*+\}"
     for _ in range(depth - 1):
         brace = r"\{(?:[^{}\"]++|" + string + "|" + brace + r")*+\}"

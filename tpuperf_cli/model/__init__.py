@@ -1,7 +1,9 @@
 """The learned performance model (Kaufman et al. 2021): a graph neural network
 in DGL that predicts a kernel's runtime from its graph record.
 
-Modules (torch and DGL are imported only by net, train, resume and predict):
+Modules (torch and DGL are imported only by net, train, resume, and by
+predict for the DGL engine):
+    config    NetConfig, the network's hyperparameters (no torch)
     examples  graph records -> checked examples; the feature scaling
     data      examples -> scaled numpy batches; shards, even sampling
               across programs, bounded-memory streaming
@@ -9,6 +11,7 @@ Modules (torch and DGL are imported only by net, train, resume and predict):
     train     the training loop (losses, validation, early stopping,
               atomic checkpoints)
     resume    continuing an interrupted run (--resume)
+    infer     the trained network in numpy, for predict (no torch or DGL)
     predict   model files, load_model, predict_records, predict_batch
 
 Public functions others call:
@@ -22,7 +25,7 @@ Public functions others call:
     from tpuperf_cli.model.examples import example
     example(record, number=None, name=None) -> Example (StreamError if not a graph record)
     from tpuperf_cli.model.train import train, TrainOptions
-    from tpuperf_cli.model.net import NetConfig
+    from tpuperf_cli.model.config import NetConfig
     train(data, out, net=NetConfig(...), opts=TrainOptions(task="tile", ...),
           valid=None, split=None, resume=False, keep_state=False, name=None,
           progress=print_to_stderr) -> summary dict (history, best epoch, seconds, model name)
@@ -41,18 +44,27 @@ def default_model_path() -> str:
                         "data", DEFAULT_MODEL)
 
 
-def set_threads(threads: int | None = None) -> int:
-    """Limit torch (and OpenMP) to `threads` threads; default: at most 2 or
-    $TPUPERF_THREADS, so tools share a small machine politely."""
+def thread_env(threads: int | None = None) -> int:
+    """The number of threads to use (default: at most 2, or $TPUPERF_THREADS),
+    set in the environment for OpenMP and OpenBLAS libraries loaded after
+    this; imports no torch. Returns the number."""
     if threads is None:
         env = os.environ.get("TPUPERF_THREADS")
         threads = int(env) if env and env.isdigit() else min(2, os.cpu_count() or 1)
     threads = max(1, int(threads))
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(threads))
     # Idle OpenMP threads sleep instead of spinning: on a loaded machine
     # spinning threads slow torch and DGL down ten-fold.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     os.environ.setdefault("DGLBACKEND", "pytorch")
+    return threads
+
+
+def set_threads(threads: int | None = None) -> int:
+    """Limit torch (and OpenMP) to `threads` threads; default: at most 2 or
+    $TPUPERF_THREADS, so tools share a small machine politely."""
+    threads = thread_env(threads)
     import torch
 
     if torch.get_num_threads() != threads:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from tpuperf_cli.errors import TpuperfError
 
 if TYPE_CHECKING:
-    from tpuperf_cli.model.net import NetConfig
+    from tpuperf_cli.model.config import NetConfig
 
 TASKS = ("fusion", "tile")
 LOSSES = ("mse", "hinge", "logistic")
@@ -94,7 +94,7 @@ def resume_options(stored_opts: dict, stored_net: dict, opts: TrainOptions | Non
     (RESUME_CHANGEABLE), which take their value in opts. A given option of
     another kind whose value differs from the stored one is refused
     (TpuperfError, exit 2). Returns (opts, net, [(field, old, new)])."""
-    from tpuperf_cli.model.net import NetConfig
+    from tpuperf_cli.model.config import NetConfig
 
     new_opts = TrainOptions(**stored_opts)
     new_net = NetConfig.from_dict(stored_net)

@@ -7,7 +7,7 @@ model file cannot run code) holds:
     name              model id written to each record's `model` field
                       (file stem + short hash of the weights)
     task, loss        "fusion" / "tile"; "mse", "hinge" or "logistic"
-    config            the network's hyperparameters (net.NetConfig)
+    config            the network's hyperparameters (config.NetConfig)
     state_dict        the weights
     scaling           feature scaling from the training data (data.Scaler):
                       per-feature min and max after a signed log, the log
@@ -27,7 +27,7 @@ model file cannot run code) holds:
 
 Public API (tpuperf eval, tpuperf select and scripts use these):
 
-    model = load_model(path=None, device="cpu", threads=None)   # None: bundled model
+    model = load_model(path=None, device="cpu", threads=None, engine="auto")   # None: bundled model
     model.predict_examples(examples) -> np.ndarray of ns
     predict_batch(model, records) -> np.ndarray of ns (one per graph record)
     predict_records(records, model=None, batch_size=512) -> generator of
@@ -47,12 +47,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tpuperf_cli.errors import StreamError, TpuperfError, read_file
-from tpuperf_cli.model import MODEL_FORMAT, MODEL_VERSION, check_device, default_model_path, set_threads
+from tpuperf_cli.model import MODEL_FORMAT, MODEL_VERSION, check_device, default_model_path, set_threads, thread_env
 from tpuperf_cli.model.data import Batch, make_batch
 from tpuperf_cli.model.examples import Example, Scaler, example, kernel_features_error
-from tpuperf_cli.records import MODEL, PRED_NS, TARGET, TARGET_KEYS, Record, locate, target_identity
+from tpuperf_cli.records import MODEL, NODE_FEATURES, PRED_NS, TARGET, TARGET_KEYS, Record, locate, target_identity
 
 if TYPE_CHECKING:
+    from tpuperf_cli.model.infer import NumpyNet
     from tpuperf_cli.model.net import Net
 
 REQUIRED = ("format", "version", "name", "task", "config", "state_dict", "scaling")
@@ -62,7 +63,8 @@ SCALING_FIELDS = ("lo", "hi", "kernel_features", "opcodes", "log_runtime_mean", 
 class Model:
     """A loaded model: network, scaling, vocabulary and what it was trained on."""
 
-    def __init__(self, net: Net, scaler: Scaler, meta: dict, path: str | None = None, device: str = "cpu"):
+    def __init__(self, net: Net | NumpyNet, scaler: Scaler, meta: dict, path: str | None = None,
+                 device: str = "cpu"):
         self.net = net.eval()
         self.scaler = scaler
         self.meta = meta
@@ -74,20 +76,78 @@ class Model:
         self.target = meta.get("target")
         self.lut = scaler.opcode_table(net.cfg.num_opcodes)
         self.sequence = net.cfg.reduction in ("lstm", "transformer")
+        self.engine = getattr(net, "engine", "dgl")     # "numpy": infer.NumpyNet, no torch
+        self._memo = {}            # graph inputs (bytes) -> predicted ns, see predict_parts
+        self._memo_bytes = 0
 
     def batch(self, examples: Sequence[Example], groups: np.ndarray | None = None) -> Batch:
         return make_batch(examples, self.scaler, self.lut, self.cfg.neighbors,
                           self.sequence, self.cfg.max_nodes, groups)
 
-    def predict_examples(self, examples: Sequence[Example], batch_size: int = 512) -> np.ndarray:
-        """Predicted runtime in ns per example (tile models: a score that
-        orders configurations, lower = faster, on the same scale)."""
+    def forward(self, batch: Batch) -> np.ndarray:
+        """Predicted ns per graph of a data.Batch."""
+        if self.engine == "numpy":
+            return self.scaler.runtime(self.net(batch))
         import torch
 
         from tpuperf_cli.model.net import to_device
 
+        with torch.no_grad():
+            y = self.net(to_device(batch, self.device))
+        return self.scaler.runtime(y.cpu().numpy())
+
+    def predict_parts(self, parts: Sequence[tuple]) -> tuple[np.ndarray, int | None]:
+        """(predicted ns, bad) for graphs given as infer.record_parts, in
+        order; bad is the index of the first graph whose edges point outside
+        it or whose node features are not finite (predictions stop before
+        it), else None. A graph seen before (the same bytes: kernels repeat
+        within a program) is computed once."""
+        from tpuperf_cli.model.infer import Parts, parts_batch
+
+        memo = self._memo
+        preds = np.empty(len(parts), np.float64)
+        todo = {}                  # inputs -> indices of parts, in order of first occurrence
+        for i, p in enumerate(parts):
+            key = p[2:]
+            v = memo.get(key)
+            if v is None:
+                todo.setdefault(key, []).append(i)
+            else:
+                preds[i] = v
+        if not todo:
+            return preds, None
+        first = [idx[0] for idx in todo.values()]
+        joined = Parts([parts[i] for i in first], self.scaler.width - NODE_FEATURES)
+        bad = joined.first_bad()
+        if bad is not None:        # predict the graphs before it alone
+            stop = first[bad]
+            return self.predict_parts(parts[:stop])[0], stop
+        y = self.forward(parts_batch(joined, self.scaler, self.lut, self.cfg.neighbors,
+                                     self.sequence, self.cfg.max_nodes,
+                                     full_x=self.engine != "numpy"))
+        if self._memo_bytes > 64 << 20:
+            memo.clear()
+            self._memo_bytes = 0
+        for (key, idx), v in zip(todo.items(), y):
+            preds[idx] = v
+            memo[key] = v
+            self._memo_bytes += len(key[1]) + 200
+        return preds, None
+
+    def predict_examples(self, examples: Sequence[Example], batch_size: int = 512) -> np.ndarray:
+        """Predicted runtime in ns per example (tile models: a score that
+        orders configurations, lower = faster, on the same scale)."""
         self.check_examples(examples)
         out = np.empty(len(examples), np.float64)
+        if self.engine == "numpy":
+            for start in range(0, len(examples), batch_size):
+                chunk = examples[start:start + batch_size]
+                out[start:start + len(chunk)] = self.scaler.runtime(self.net(self.batch(chunk)))
+            return out
+        import torch
+
+        from tpuperf_cli.model.net import to_device
+
         with torch.no_grad():
             for start in range(0, len(examples), batch_size):
                 chunk = examples[start:start + batch_size]
@@ -203,6 +263,12 @@ def read_model_file(path: str) -> dict:
     except Exception as e:  # torch raises many kinds on foreign or corrupt files
         raise TpuperfError(f"model {path}: not a tpuperf model file ({_load_error(e)}); "
                            f"make one with `tpuperf train`") from None
+    return check_model_dict(d, path)
+
+
+def check_model_dict(d: object, path: str) -> dict:
+    """d if it is a tpuperf model dict of a version this tpuperf reads, else
+    TpuperfError naming what is wrong."""
     if not isinstance(d, dict) or d.get("format") != MODEL_FORMAT:
         raise TpuperfError(f"model {path}: not a tpuperf model file (no format {MODEL_FORMAT!r}; "
                            f"make one with `tpuperf train`)")
@@ -232,10 +298,7 @@ def _load_error(e):
     return f"torch cannot read it: {text[:200] or type(e).__name__}"
 
 
-def build(d: dict, path: str = "model", device: str = "cpu") -> Model:
-    """A Model from a model dict."""
-    from tpuperf_cli.model.net import Net, NetConfig
-
+def _check_fields(d, path):
     for field in ("config", "state_dict", "scaling"):
         if not isinstance(d[field], dict):
             raise TpuperfError(f"model {path}: bad model file ({field} is a "
@@ -244,6 +307,13 @@ def build(d: dict, path: str = "model", device: str = "cpu") -> Model:
     if missing:
         raise TpuperfError(f"model {path}: model file lacks scaling field{'s' if len(missing) > 1 else ''} "
                            f"{', '.join(repr(k) for k in missing)}")
+
+
+def build(d: dict, path: str = "model", device: str = "cpu") -> Model:
+    """A Model from a model dict (the DGL network)."""
+    from tpuperf_cli.model.net import Net, NetConfig
+
+    _check_fields(d, path)
     try:
         cfg = NetConfig.from_dict(d["config"])
         net = Net(cfg)
@@ -290,16 +360,68 @@ def _weights_mismatch(expected, got, most=3):
     return "; ".join(parts)
 
 
-def load_model(path: str | None = None, device: str = "cpu", threads: int | None = None) -> Model:
-    """Load a model file (None: the bundled default model)."""
-    set_threads(threads)
-    check_device(device)
+ENGINES = ("auto", "numpy", "dgl")
+
+
+def load_model(path: str | None = None, device: str = "cpu", threads: int | None = None,
+               engine: str = "auto") -> Model:
+    """Load a model file (None: the bundled default model).
+
+    engine: "numpy" runs the weights in numpy (infer.NumpyNet: no torch or
+    DGL imported), "dgl" the DGL network, "auto" numpy on the CPU wherever it
+    can run the model, else DGL. The two give the same predictions to float32
+    rounding (tests/test_infer.py).
+    """
+    if engine not in ENGINES:
+        raise TpuperfError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
     if path is None:
         path = default_model_path()
         if not os.path.exists(path):
             raise TpuperfError(f"the bundled model {path} is missing (a broken install?); "
                                f"name one with --model")
+    if engine == "numpy" and device != "cpu":
+        raise TpuperfError(f"--device {device}: the numpy engine runs on the CPU only; "
+                           f"use --engine dgl")
+    if engine != "dgl" and device == "cpu":
+        threads = thread_env(threads)
+        model = _load_numpy(path, required=engine == "numpy")
+        if model is not None:
+            return model
+    set_threads(threads)
+    check_device(device)
     return build(read_model_file(path), path, device)
+
+
+def _load_numpy(path: str, required: bool) -> Model | None:
+    """A Model on infer.NumpyNet, or None when that cannot run the file
+    (TpuperfError instead when required)."""
+    from tpuperf_cli.model.infer import Unsupported, numpy_net, read_model_dict
+
+    try:
+        d = read_model_dict(path)
+    except Unsupported:
+        if required:   # torch says best what the file is
+            return _numpy_refuses(path, read_model_file(path))
+        return None
+    check_model_dict(d, path)
+    _check_fields(d, path)
+    try:
+        net = numpy_net(d)
+        scaler = Scaler.from_dict(d["scaling"])
+        if scaler.width != net.cfg.in_features:
+            raise Unsupported("scaling width")
+    except (Unsupported, ValueError, KeyError, TypeError) as e:
+        if required:
+            return _numpy_refuses(path, read_model_file(path), e)
+        return None
+    meta = {k: v for k, v in d.items() if k != "state_dict"}
+    return Model(net, scaler, meta, path, "cpu")
+
+
+def _numpy_refuses(path, d, why=None):
+    build(d, path)        # a bad file: the DGL path names what is wrong
+    raise TpuperfError(f"model {path}: the numpy engine cannot run this model"
+                       f"{f' ({why})' if why else ''}; use --engine dgl")
 
 
 # ---------------------------------------------------------------- records
@@ -330,34 +452,50 @@ def predict_records(records: Iterable[Record], model: Model | str | None = None,
     default a line on stderr) when the records were measured on another
     target than the model's training data.
     """
+    from tpuperf_cli.model.infer import example_parts, record_parts
+
     if not isinstance(model, Model):
         model = load_model(model)
     warn = warn or (lambda msg: print(msg, file=sys.stderr))
     warned = False
     checked = None              # the last target compared (records of a stream share one)
-    pending, examples = [], []
+    kf = model.scaler.kernel_features
+    pending, parts, numbers = [], [], []
     error = None
 
     def flush():
-        preds = model.predict_examples(examples, batch_size)
-        for record, p in zip(pending, preds):
+        """(records predicted, StreamError or None)."""
+        preds, bad = model.predict_parts(parts)
+        problem = None
+        if bad is not None:
+            record, number = pending[bad], numbers[bad]
+            try:
+                example(record, number, name)          # raises the error that names it
+                problem = StreamError(f"{locate(number, name, record)}: cannot read the graph")
+            except StreamError as e:
+                problem = e
+        out = pending[:len(preds)]
+        for record, p in zip(out, preds):
             record[PRED_NS] = float(p)
             record[MODEL] = model.name
-        out = list(pending)
         pending.clear()
-        examples.clear()
-        return out
+        parts.clear()
+        numbers.clear()
+        return out, problem
 
     for number, record in enumerate(records, 1):
-        try:
-            ex = example(record, number, name)
-        except StreamError as e:
-            error = e
-            break
-        wrong = model.fits(ex, locate(number, name, record), record)
-        if wrong:
-            error = StreamError(wrong)
-            break
+        part = record_parts(record, kf) if type(record) is dict else None
+        if part is None:
+            try:
+                ex = example(record, number, name)
+            except StreamError as e:
+                error = e
+                break
+            wrong = model.fits(ex, locate(number, name, record), record)
+            if wrong:
+                error = StreamError(wrong)
+                break
+            part = example_parts(ex)
         target = record.get(TARGET)
         if not warned and target is not None and target != checked \
                 and _target_differs(model.target, target):
@@ -367,11 +505,17 @@ def predict_records(records: Iterable[Record], model: Model | str | None = None,
                  f"{model.name} was trained on {_target_text(mt)}; its predictions are for that target")
         checked = target
         pending.append(record)
-        examples.append(ex)
+        parts.append(part)
+        numbers.append(number)
         if len(pending) >= batch_size:
-            yield from flush()
+            out, error = flush()
+            yield from out
+            if error is not None:
+                break
     if pending:
-        yield from flush()
+        out, problem = flush()
+        yield from out
+        error = problem or error
     if error is not None:
         raise error
 

@@ -19,7 +19,7 @@ from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.model.options import TrainOptions, flag_name, resume_options, shown_value
 
 if TYPE_CHECKING:
-    from tpuperf_cli.model.net import NetConfig
+    from tpuperf_cli.model.config import NetConfig
     from tpuperf_cli.model.train import TrainingRun
 
 

@@ -341,7 +341,7 @@ def train(data: Sequence[str], out: str | os.PathLike, net: NetConfig | None = N
     the new last epoch), any other that differs is refused (exit 2).
     """
     from tpuperf_cli.model import resume as resuming
-    from tpuperf_cli.model.net import NetConfig
+    from tpuperf_cli.model.config import NetConfig
     from tpuperf_cli.model.predict import Model, model_dict, save_atomic
 
     opts = (opts or TrainOptions()).check()

@@ -1,0 +1,62 @@
+"""The network's hyperparameters (NetConfig), importable without torch or DGL:
+the model file stores them, and both the DGL network (net) and the numpy
+inference (infer) are built from them."""
+
+from dataclasses import dataclass, fields
+
+from tpuperf_cli.features.opcodes import NUM_OPCODES
+from tpuperf_cli.records import CONFIG_FEATURES, KERNEL_FEATURES, NODE_FEATURES
+
+GNNS = ("sage", "gat", "none")
+REDUCTIONS = ("per-node", "column", "lstm", "transformer")
+
+
+@dataclass
+class NetConfig:
+    """Hyperparameters of the network (saved in the model file)."""
+
+    num_opcodes: int = NUM_OPCODES  # size of the opcode embedding table (ids >= this are "unknown", 0)
+    in_features: int = NODE_FEATURES + len(KERNEL_FEATURES) + CONFIG_FEATURES  # scaled features per
+                                # node: 140 node + 5 kernel + 24 config
+    opcode_dim: int = 32        # opcode embedding width (the paper: 256)
+    hidden: int = 64            # width of node embeddings and of every MLP
+    gnn: str = "sage"           # "sage" (GraphSAGE, the paper's best), "gat", or "none"
+    layers: int = 3             # k: message-passing layers (the paper: 3)
+    neighbors: int = 20         # neighbour lists truncated to this many (the paper: 20)
+    aggregate: str = "mean"     # GraphSAGE neighbour aggregation: "mean" or "sum"
+    directed: bool = True       # separate weights for incoming and outgoing edges
+    normalize: bool = True      # L2-normalise node embeddings after each layer
+    residual: bool = True       # add each layer's input to its output (before normalising)
+    kernel_head: bool = True    # kernel + config features also feed the head directly (and
+                                # linearly), so runtimes extrapolate past the bounded,
+                                # normalised node embeddings (False: the paper's model)
+    heads: int = 4              # attention heads (GAT, Transformer)
+    reduction: str = "column"   # "per-node", "column", "lstm" or "transformer"
+    seq_layers: int = 1         # LSTM / Transformer encoder layers in the reduction
+    max_nodes: int = 512        # LSTM / Transformer see at most this many nodes (the last ones)
+    dropout: float = 0.0        # dropout in MLPs and the reduction
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "NetConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown hyperparameter(s): {', '.join(sorted(unknown))}")
+        return cls(**d)
+
+    def check(self) -> "NetConfig":
+        if self.gnn not in GNNS:
+            raise ValueError(f"gnn must be one of {', '.join(GNNS)}, not {self.gnn!r}")
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, not {self.reduction!r}")
+        if self.aggregate not in ("mean", "sum"):
+            raise ValueError(f"aggregate must be mean or sum, not {self.aggregate!r}")
+        if self.in_features <= NODE_FEATURES:
+            raise ValueError(f"in_features must exceed the {NODE_FEATURES} node features")
+        if self.hidden < 1 or self.layers < 0 or self.neighbors < 1 or self.opcode_dim < 1:
+            raise ValueError("hidden, opcode_dim and neighbors must be positive, layers >= 0")
+        if self.reduction == "transformer" and self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        if self.gnn == "gat" and self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        return self

@@ -1,0 +1,673 @@
+"""Inference in numpy: a trained model runs without torch or DGL.
+
+Importing torch and DGL costs `predict` seconds before its first record. The
+network itself is small (a few matrix products per layer), so here the
+weights of a model file run in numpy float32: the same arithmetic as net.Net
+in eval mode (dropout off), to float32 rounding; past start-up it costs
+about as much CPU as the DGL network (benchmarks/bench_predict.py). DGL
+stays the training library; this is the default engine of predict, eval
+and select wherever it can run the model.
+
+* `read_model_dict(path)` reads a model file without torch: torch.save's zip
+  holds a pickle (data.pkl) and one raw little-endian file per tensor. A
+  restricted unpickler accepts only the tensor rebuild function, storage
+  types and OrderedDict, so a model file cannot run code here either.
+* `NumpyNet(cfg, state)` is the forward pass of every architecture
+  `tpuperf train` makes: gnn sage, gat or none (directed or not, mean or sum
+  aggregation, residual, normalize); reductions per-node, column, lstm,
+  transformer; with or without --kernel-head.
+
+Whatever this module does not recognise (another file layout, weights that
+do not fit the config, a hyperparameter it does not know) raises
+Unsupported, and load_model falls back to the torch/DGL path, which either
+runs the model or says what is wrong with the file.
+"""
+
+from __future__ import annotations
+
+import collections
+import pickle
+import zipfile
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tpuperf_cli.model.config import NetConfig
+from tpuperf_cli.records import (
+    CONFIG_FEAT,
+    CONFIG_FEATURES,
+    EDGE_INDEX,
+    KERNEL_FEAT,
+    NODE_FEAT,
+    NODE_FEATURES,
+    NODE_OPCODE,
+    Record,
+)
+
+if TYPE_CHECKING:
+    from tpuperf_cli.model.data import Batch
+    from tpuperf_cli.model.examples import Example, Scaler
+
+
+class Unsupported(Exception):
+    """This file or model needs the torch/DGL path."""
+
+
+# ---------------------------------------------------------------- model files
+
+_STORAGES = {"FloatStorage": "<f4", "DoubleStorage": "<f8", "HalfStorage": "<f2",
+             "LongStorage": "<i8", "IntStorage": "<i4", "ShortStorage": "<i2",
+             "CharStorage": "i1", "ByteStorage": "u1", "BoolStorage": "?"}
+
+
+class _Storage:
+    def __init__(self, name):
+        self.dtype = np.dtype(_STORAGES[name])
+
+
+def _rebuild_tensor(storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
+    if not isinstance(storage, np.ndarray):
+        raise Unsupported("tensor without storage")
+    item = storage.itemsize
+    if len(size) == 0:
+        return storage[offset:offset + 1].reshape(()).copy()
+    view = np.lib.stride_tricks.as_strided(storage[offset:], shape=tuple(size),
+                                           strides=tuple(s * item for s in stride))
+    return np.array(view)       # an owned, C-ordered copy
+
+
+def read_model_dict(path: str) -> dict:
+    """The dict of a torch.save'd model file, tensors as numpy arrays.
+    Raises Unsupported for anything but the plain zip layout of weights and
+    plain values (torch.load then decides what the file is)."""
+    try:
+        z = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile, ValueError) as e:
+        raise Unsupported(str(e)) from None
+    with z:
+        pkl = [n for n in z.namelist() if n.endswith("/data.pkl")]
+        if len(pkl) != 1:
+            raise Unsupported("no single data.pkl")
+        prefix = pkl[0][:-len("data.pkl")]
+        try:
+            order = z.read(prefix + "byteorder").decode().strip()
+        except KeyError:
+            order = "little"
+        if order != "little":
+            raise Unsupported(f"byte order {order}")
+        storages = {}
+
+        class Unpickler(pickle.Unpickler):
+            def find_class(self, module, name):
+                if module == "torch._utils" and name == "_rebuild_tensor_v2":
+                    return _rebuild_tensor
+                if module == "torch" and name in _STORAGES:
+                    return _Storage(name)
+                if module == "collections" and name == "OrderedDict":
+                    return collections.OrderedDict
+                raise Unsupported(f"pickled {module}.{name}")
+
+            def persistent_load(self, pid):
+                if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
+                        and isinstance(pid[1], _Storage)):
+                    raise Unsupported("unknown persistent id")
+                key = str(pid[2])
+                if key not in storages:
+                    try:
+                        raw = z.read(f"{prefix}data/{key}")
+                    except KeyError:
+                        raise Unsupported(f"storage {key} missing") from None
+                    storages[key] = np.frombuffer(raw, pid[1].dtype)
+                return storages[key]
+
+        try:
+            with z.open(pkl[0]) as f:
+                return Unpickler(f).load()
+        except Unsupported:
+            raise
+        except Exception as e:  # a corrupt pickle: torch.load says it better
+            raise Unsupported(f"{type(e).__name__}: {e}") from None
+
+
+# ---------------------------------------------------------------- the network
+
+def _relu(x):
+    return np.maximum(x, 0, out=x)
+
+
+def _sigmoid(x):
+    # 1 / (1 + exp(-x)), in place
+    np.negative(x, out=x)
+    np.exp(x, out=x)
+    x += 1
+    return np.reciprocal(x, out=x)
+
+
+class _Linear:
+    __slots__ = ("wt", "b")
+
+    def __init__(self, w, b):
+        self.wt = np.ascontiguousarray(w.T)
+        self.b = b
+
+    def __call__(self, x):
+        y = x @ self.wt
+        if self.b is not None:
+            y += self.b
+        return y
+
+
+class _Weights:
+    """The state dict, each weight taken once with its shape checked."""
+
+    def __init__(self, state):
+        if not isinstance(state, dict):
+            raise Unsupported("state_dict is not a map")
+        self.state = state
+        self.used = set()
+
+    def get(self, key, shape):
+        a = self.state.get(key)
+        if not isinstance(a, np.ndarray) or a.dtype != np.float32 or a.shape != tuple(shape):
+            raise Unsupported(f"weight {key}")
+        self.used.add(key)
+        return a
+
+    def linear(self, prefix, n_in, n_out):
+        return _Linear(self.get(prefix + ".weight", (n_out, n_in)), self.get(prefix + ".bias", (n_out,)))
+
+    def mlp(self, prefix, n_in, n_hidden, n_out, dropout):
+        second = 3 if dropout else 2        # a Dropout module sits between when dropout > 0
+        return (self.linear(f"{prefix}.0", n_in, n_hidden),
+                self.linear(f"{prefix}.{second}", n_hidden, n_out))
+
+    def mark(self, prefix):
+        """Weights of a module shared with another name (undirected layers)."""
+        self.used.update(k for k in self.state if k.startswith(prefix + "."))
+
+    def check_all_used(self):
+        left = set(self.state) - self.used
+        if left:
+            raise Unsupported(f"weights not understood: {sorted(left)[:3]}")
+
+
+class _Edges:
+    """One direction of a batch's truncated edges as a sparse (N, N) matrix
+    by destination row, for sums over each node's incoming messages."""
+
+    __slots__ = ("src", "dst", "nodes", "starts", "deg", "indptr", "n", "_mean")
+
+    def __init__(self, src, dst, n):
+        order = np.argsort(dst, kind="stable")
+        self.src = src[order]
+        self.dst = dst[order]
+        self.n = n
+        counts = np.bincount(self.dst, minlength=n)
+        self.indptr = np.r_[0, np.cumsum(counts)]
+        self.nodes = np.flatnonzero(counts)
+        self.starts = self.indptr[self.nodes]
+        self.deg = counts
+        self._mean = None
+
+    def matrix(self, data):
+        import scipy.sparse
+
+        return scipy.sparse.csr_matrix((data, self.src, self.indptr), shape=(self.n, self.n))
+
+    def aggregate(self, m, mean, sparse):
+        """Per node, the mean (or sum) of m's rows over its incoming edges;
+        0 where none. sparse: through scipy's sparse product (faster per
+        batch; its import, 0.15 s, pays off on long streams only)."""
+        if sparse:
+            if self._mean is None:
+                w = (1.0 / np.maximum(self.deg, 1)).astype(np.float32) if mean else \
+                    np.ones(self.n, np.float32)
+                self._mean = self.matrix(np.repeat(w, self.deg))
+            return self._mean @ m
+        out = np.zeros((self.n, m.shape[1]), np.float32)
+        if self.starts.size:
+            s = np.add.reduceat(m[self.src], self.starts, axis=0)
+            if mean:
+                s /= self.deg[self.nodes][:, None].astype(np.float32)
+            out[self.nodes] = s
+        return out
+
+
+SPARSE_AFTER = 8192     # graphs predicted before switching to scipy's sparse products
+
+
+class NumpyNet:
+    """net.Net's forward pass in numpy (eval mode)."""
+
+    engine = "numpy"
+
+    def __init__(self, cfg: NetConfig, state: dict):
+        if not isinstance(cfg, NetConfig):
+            raise Unsupported("config")
+        self.cfg = cfg
+        w = _Weights(state)
+        h, e = cfg.hidden, cfg.opcode_dim
+        embed = w.get("embed.weight", (cfg.num_opcodes, e))
+        f1a, self.f1b = w.mlp("f1", e + cfg.in_features, h, h, cfg.dropout)
+        # f1's first layer on [embed(op) ++ node ++ kernel/config features]
+        # as three products: per opcode, per node, per graph
+        wt = f1a.wt
+        self.f1_op = embed @ wt[:e]                                   # (opcodes, H)
+        self.f1_node = np.ascontiguousarray(wt[e:e + NODE_FEATURES])  # (140, H)
+        self.f1_graph = np.ascontiguousarray(wt[e + NODE_FEATURES:])  # (K, H)
+        self.f1_bias = f1a.b
+        self.layers = []
+        if cfg.gnn != "none":
+            for i in range(cfg.layers):
+                p = f"layers.{i}"
+                if cfg.gnn == "sage":
+                    f2_in = w.linear(p + ".f2_in", h, h)
+                    if cfg.directed:
+                        f2_out = w.linear(p + ".f2_out", h, h)
+                    else:
+                        f2_out = f2_in
+                        w.mark(p + ".f2_out")
+                    # both directions' messages in one product: h @ [W_in | W_out]
+                    both = _Linear(np.concatenate([f2_in.wt, f2_out.wt], axis=1).T,
+                                   np.concatenate([f2_in.b, f2_out.b]))
+                    layer = ("sage", both, None)
+                else:
+                    heads = cfg.heads
+                    d = h // heads
+
+                    def gat(q):
+                        return (w.get(q + ".fc.weight", (h, h)).T.copy(),
+                                w.get(q + ".attn_l", (1, heads, d))[0],
+                                w.get(q + ".attn_r", (1, heads, d))[0],
+                                w.get(q + ".bias", (h,)))
+
+                    a_in = gat(p + ".att_in")
+                    if cfg.directed:
+                        a_out = gat(p + ".att_out")
+                    else:
+                        a_out = a_in
+                        w.mark(p + ".att_out")
+                    layer = ("gat", a_in, a_out)
+                self.layers.append(layer + (w.linear(p + ".f3", 3 * h, h),))
+        kind = cfg.reduction
+        if kind == "per-node":
+            self.f4 = w.mlp("reduce.f4", h, h, h, cfg.dropout)
+            width = h
+        elif kind == "column":
+            width = 2 * h
+        elif kind == "lstm":
+            self.lstm = []
+            for k in range(cfg.seq_layers):
+                self.lstm.append((_Linear(w.get(f"reduce.lstm.weight_ih_l{k}", (4 * h, h)), None),
+                                  w.get(f"reduce.lstm.weight_hh_l{k}", (4 * h, h)).T.copy(),
+                                  w.get(f"reduce.lstm.bias_ih_l{k}", (4 * h,))
+                                  + w.get(f"reduce.lstm.bias_hh_l{k}", (4 * h,))))
+            width = h
+        elif kind == "transformer":
+            self.encoder = []
+            for k in range(cfg.seq_layers):
+                p = f"reduce.encoder.layers.{k}"
+                self.encoder.append({
+                    "qkv": _Linear(w.get(p + ".self_attn.in_proj_weight", (3 * h, h)),
+                                   w.get(p + ".self_attn.in_proj_bias", (3 * h,))),
+                    "out": w.linear(p + ".self_attn.out_proj", h, h),
+                    "lin1": w.linear(p + ".linear1", h, 2 * h),
+                    "lin2": w.linear(p + ".linear2", 2 * h, h),
+                    "norm1": (w.get(p + ".norm1.weight", (h,)), w.get(p + ".norm1.bias", (h,))),
+                    "norm2": (w.get(p + ".norm2.weight", (h,)), w.get(p + ".norm2.bias", (h,))),
+                })
+            width = 2 * h
+        else:
+            raise Unsupported(f"reduction {kind}")
+        k = cfg.in_features - NODE_FEATURES if cfg.kernel_head else 0
+        self.head = w.mlp("head", width + k, h, 1, cfg.dropout)
+        self.skip = w.linear("skip", k, 1) if k else None
+        w.check_all_used()
+        self.graphs_seen = 0
+
+    def eval(self) -> NumpyNet:
+        return self
+
+    # ------------------------------------------------------------ forward
+
+    def __call__(self, b: Batch) -> np.ndarray:
+        """The network's output per graph (B,) for a data.Batch."""
+        cfg = self.cfg
+        n = int(b.opcode.shape[0])
+        kx = b.kernel_x                                                 # (B, K) scaled
+        node_x = b.x[:, :NODE_FEATURES] if b.x.shape[1] != NODE_FEATURES else b.x
+        h = node_x @ self.f1_node
+        h += self.f1_op[b.opcode]
+        h += np.repeat(kx @ self.f1_graph + self.f1_bias, b.n_nodes, axis=0)
+        h = self.f1b(_relu(h))
+        _relu(h)
+        # numpy's segment sums until the stream is long enough for scipy's
+        # sparse products to repay their import
+        sparse = self.graphs_seen >= SPARSE_AFTER
+        self.graphs_seen += len(b.n_nodes)
+        if self.layers:
+            g_in = _Edges(b.in_src, b.in_dst, n)
+            g_out = _Edges(b.out_src, b.out_dst, n)
+            hid = cfg.hidden
+            cat = np.empty((n, 3 * hid), np.float32)          # [h ++ a_in ++ a_out], f3's input
+            for kind, p_in, p_out, f3 in self.layers:
+                cat[:, :hid] = h
+                if kind == "sage":
+                    m = _relu(p_in(h))                          # (N, 2H): messages in, out
+                    mean = cfg.aggregate == "mean"
+                    cat[:, hid:2 * hid] = g_in.aggregate(m[:, :hid], mean, sparse)
+                    cat[:, 2 * hid:] = g_out.aggregate(m[:, hid:], mean, sparse)
+                else:
+                    cat[:, hid:2 * hid] = self._gat(g_in, h, p_in, n)
+                    cat[:, 2 * hid:] = self._gat(g_out, h, p_out, n)
+                new = _relu(f3(cat))                                    # (N, H)
+                h = h + new if cfg.residual else new
+                if cfg.normalize:
+                    norm = np.sqrt(np.einsum("ij,ij->i", h, h))
+                    h /= np.maximum(norm, 1e-12)[:, None]
+        r = self._reduce(h, b, sparse)
+        if self.skip is None:
+            return self._head(r)
+        return self._head(np.concatenate([r, kx], axis=1)) + self.skip(kx)[:, 0]
+
+    def _head(self, r):
+        a, b = self.head
+        return b(_relu(a(r)))[:, 0]
+
+    def _gat(self, g, h, params, n):
+        wt, attn_l, attn_r, bias = params
+        heads = attn_l.shape[0]
+        z = (h @ wt).reshape(n, heads, -1)                              # (N, heads, D)
+        el = np.einsum("nhd,hd->nh", z, attn_l)
+        er = np.einsum("nhd,hd->nh", z, attn_r)
+        out = np.zeros((n, heads, z.shape[2]), np.float32)
+        if g.starts.size:
+            e = el[g.src] + er[g.dst]                                   # (E, heads)
+            e = np.where(e > 0, e, np.float32(0.2) * e)                 # leaky ReLU, slope 0.2
+            top = np.maximum.reduceat(e, g.starts, axis=0)              # edge softmax per node
+            seg = np.repeat(np.arange(g.nodes.size), g.deg[g.nodes])    # edge -> its node's row
+            a = np.exp(e - top[seg])
+            a /= np.add.reduceat(a, g.starts, axis=0)[seg]
+            src = z[g.src] * a[:, :, None]                              # (E, heads, D)
+            out[g.nodes] = np.add.reduceat(src, g.starts, axis=0)
+        out += bias.reshape(1, heads, -1)
+        return out.reshape(n, -1)
+
+    def _reduce(self, h, b, sparse):
+        kind = self.cfg.reduction
+        if kind in ("per-node", "column") and not sparse:
+            starts = np.r_[0, np.cumsum(b.n_nodes)[:-1]]
+            if kind == "per-node":
+                a, c = self.f4
+                return np.add.reduceat(_relu(c(_relu(a(h)))), starts, axis=0)
+            mean = np.add.reduceat(h, starts, axis=0) / b.n_nodes[:, None].astype(np.float32)
+            return np.concatenate([mean, np.maximum.reduceat(h, starts, axis=0)], axis=1)
+        if kind in ("per-node", "column"):
+            import scipy.sparse
+
+            # (B, N): row i sums (per-node) or averages (column) graph i's nodes
+            n = b.n_nodes
+            indptr = np.r_[0, np.cumsum(n)]
+            w = np.ones(int(indptr[-1]), np.float32) if kind == "per-node" else \
+                np.repeat((1.0 / n).astype(np.float32), n)
+            seg = scipy.sparse.csr_matrix((w, np.arange(indptr[-1]), indptr),
+                                          shape=(len(n), int(indptr[-1])))
+            if kind == "per-node":
+                a, c = self.f4
+                return np.asarray(seg @ _relu(c(_relu(a(h)))), dtype=np.float32)
+            big = np.maximum.reduceat(h, indptr[:-1], axis=0)
+            return np.concatenate([np.asarray(seg @ h, dtype=np.float32), big], axis=1)
+        x = np.zeros((len(b.n_nodes), b.seq_len, h.shape[1]), np.float32)
+        x[b.seq_graph, b.seq_pos] = h[b.seq_keep]
+        lengths = b.seq_lengths
+        if kind == "lstm":
+            return self._lstm(x, lengths)
+        return self._transformer(x, lengths)
+
+    def _lstm(self, x, lengths):
+        """hn of the last layer: each sequence's state after its last step."""
+        order = np.argsort(-lengths, kind="stable")          # longest first: active = a prefix
+        x = x[order]
+        ln = lengths[order]
+        bsz, steps, hid = x.shape
+        for w_ih, w_hh, bias in self.lstm:
+            pre = w_ih(x.reshape(bsz * steps, -1)).reshape(bsz, steps, 4 * hid) + bias
+            hs = np.zeros((bsz, hid), np.float32)
+            cs = np.zeros((bsz, hid), np.float32)
+            out = np.zeros((bsz, steps, hid), np.float32)
+            active = bsz
+            for t in range(steps):
+                while active and ln[active - 1] <= t:
+                    active -= 1
+                if not active:
+                    break
+                g = pre[:active, t] + hs[:active] @ w_hh
+                i = _sigmoid(g[:, :hid])
+                f = _sigmoid(g[:, hid:2 * hid])
+                c = np.tanh(g[:, 2 * hid:3 * hid])
+                o = _sigmoid(g[:, 3 * hid:])
+                cs[:active] = f * cs[:active] + i * c
+                hs[:active] = o * np.tanh(cs[:active])
+                out[:active, t] = hs[:active]
+            x = out
+        result = np.empty_like(hs)
+        result[order] = hs
+        return result
+
+    def _transformer(self, x, lengths, budget=1 << 22):
+        """Mean and max over each sequence of the encoder's output; sequences
+        of similar length are run together so padding stays small."""
+        bsz, _, hid = x.shape
+        out = np.empty((bsz, 2 * hid), np.float32)
+        order = np.argsort(lengths, kind="stable")
+        k = 0
+        while k < bsz:
+            # grow a group of sequences while batch * L^2 stays under budget
+            j = k + 1
+            while j < bsz and (j + 1 - k) * int(lengths[order[j]]) ** 2 * self.cfg.heads <= budget:
+                j += 1
+            idx = order[k:j]
+            ln = lengths[idx]
+            y = self._encode(x[idx, :int(ln.max())], ln)
+            out[idx] = y
+            k = j
+        return out
+
+    def _encode(self, x, lengths):
+        bsz, steps, hid = x.shape
+        heads = self.cfg.heads
+        d = hid // heads
+        pad = np.arange(steps)[None, :] >= lengths[:, None]            # (B, L) True = padding
+        for layer in self.encoder:
+            qkv = layer["qkv"](x.reshape(bsz * steps, hid)).reshape(bsz, steps, 3, heads, d)
+            q = qkv[:, :, 0].transpose(0, 2, 1, 3) * np.float32(1 / np.sqrt(d))
+            k = qkv[:, :, 1].transpose(0, 2, 3, 1)
+            v = qkv[:, :, 2].transpose(0, 2, 1, 3)
+            s = q @ k                                                   # (B, heads, L, L)
+            s[np.broadcast_to(pad[:, None, None, :], s.shape)] = -np.inf
+            s -= s.max(-1, keepdims=True)
+            np.exp(s, out=s)
+            s /= s.sum(-1, keepdims=True)
+            a = (s @ v).transpose(0, 2, 1, 3).reshape(bsz * steps, hid)
+            x = _layer_norm(x.reshape(bsz * steps, hid) + layer["out"](a), *layer["norm1"])
+            x = _layer_norm(x + layer["lin2"](_relu(layer["lin1"](x))), *layer["norm2"])
+            x = x.reshape(bsz, steps, hid)
+        keep = ~pad[:, :, None]
+        mean = np.where(keep, x, 0).sum(1) / lengths[:, None].astype(np.float32)
+        big = np.where(keep, x, -np.inf).max(1)
+        return np.concatenate([mean, big], axis=1)
+
+
+def _layer_norm(x, weight, bias, eps=1e-5):
+    mu = x.mean(-1, keepdims=True)
+    xc = x - mu
+    var = (xc * xc).mean(-1, keepdims=True)
+    return xc / np.sqrt(var + np.float32(eps)) * weight + bias
+
+
+def numpy_net(d: dict) -> NumpyNet:
+    """A NumpyNet from a model file's dict; Unsupported when it cannot run it."""
+    try:
+        cfg = NetConfig.from_dict(d["config"]).check()
+    except (ValueError, TypeError, KeyError) as e:
+        raise Unsupported(str(e)) from None
+    return NumpyNet(cfg, d["state_dict"])
+
+
+# ---------------------------------------------------------------- records to batches
+
+_ROW_BYTES = NODE_FEATURES * 4
+_NO_CONFIG = bytes(CONFIG_FEATURES * 4)
+
+
+def _field(record, key, dtype):
+    """The (shape, data) of an array map of the given dtype, else None."""
+    v = record.get(key)
+    if type(v) is dict and v.get("dtype") == dtype:
+        shape, data = v.get("shape"), v.get("data")
+        if type(shape) is list and type(data) is bytes:
+            return shape, data
+    return None
+
+
+def record_parts(record: Record, kernel_features: int) -> tuple | None:
+    """What the model reads of a graph record, as raw little-endian bytes:
+    (n, m, opcode int32, node_feat f32 (n, 140), edge_index int32 (m, 2),
+    kernel_feat f32 ++ config_feat f32), or None when the record is not in
+    featurize's exact layout (then examples.example reads and checks it).
+    Node features and edges are checked per batch (check_parts)."""
+    op = _field(record, NODE_OPCODE, "<i4")
+    nf = _field(record, NODE_FEAT, "<f4")
+    ei = _field(record, EDGE_INDEX, "<i4")
+    kf = _field(record, KERNEL_FEAT, "<f4")
+    if op is None or nf is None or ei is None or kf is None:
+        return None
+    n = len(op[1]) >> 2
+    if n == 0 or op[0] != [n] or nf[0] != [n, NODE_FEATURES] or len(nf[1]) != n * _ROW_BYTES \
+            or kf[0] != [kernel_features] or len(kf[1]) != 4 * kernel_features:
+        return None
+    m = len(ei[1]) >> 3
+    if ei[0] != [m, 2] or len(ei[1]) != 8 * m:
+        if len(ei[1]) or 0 not in ei[0]:
+            return None
+        m = 0
+    if CONFIG_FEAT in record:
+        cf = _field(record, CONFIG_FEAT, "<f4")
+        if cf is None or len(cf[1]) != 4 * CONFIG_FEATURES or cf[0] != [CONFIG_FEATURES]:
+            return None
+        cf = cf[1]
+    else:
+        cf = _NO_CONFIG
+    return n, m, op[1], nf[1], ei[1], kf[1] + cf
+
+
+def example_parts(ex: Example) -> tuple:
+    """record_parts of an examples.Example (a record read the slow way)."""
+    edges = np.ascontiguousarray(ex.edges, dtype="<i4").reshape(-1, 2)
+    return (ex.n, edges.shape[0], np.ascontiguousarray(ex.opcode, "<i4").tobytes(),
+            np.ascontiguousarray(ex.node_feat, "<f4").tobytes(), edges.tobytes(),
+            np.concatenate([ex.kernel_feat, ex.config_feat]).astype("<f4").tobytes())
+
+
+class Parts:
+    """A batch's records joined: node rows, edges, per-graph sizes."""
+
+    def __init__(self, parts: list[tuple], kc_width: int):
+        b = len(parts)
+        self.n_nodes = np.fromiter((p[0] for p in parts), np.int64, b)
+        self.m = np.fromiter((p[1] for p in parts), np.int64, b)
+        self.opcode = np.frombuffer(b"".join([p[2] for p in parts]), "<i4")
+        self.node = np.frombuffer(b"".join([p[3] for p in parts]), "<f4").reshape(-1, NODE_FEATURES)
+        self.local_edges = np.frombuffer(b"".join([p[4] for p in parts]), "<i4").reshape(-1, 2)
+        self.kc = np.frombuffer(b"".join([p[5] for p in parts]), "<f4").reshape(b, kc_width)
+
+    def first_bad(self) -> int | None:
+        """Index of the first graph whose edges point outside it or whose node
+        features are not finite, None if all are good."""
+        bad = None
+        e = self.local_edges
+        if e.size:
+            limit = np.repeat(self.n_nodes, self.m)
+            wrong = (e.min(axis=1) < 0) | (e.max(axis=1) >= limit)
+            if wrong.any():
+                bad = int(np.searchsorted(np.cumsum(self.m), np.argmax(wrong), side="right"))
+        if not np.isfinite(self.node.sum(dtype=np.float64)):
+            rows = ~np.isfinite(self.node.sum(axis=1, dtype=np.float64))
+            g = int(np.searchsorted(np.cumsum(self.n_nodes), np.argmax(rows), side="right"))
+            bad = g if bad is None else min(bad, g)
+        return bad
+
+
+def _slog(x):
+    """examples.slog, sign(x) log(1 + |x|), as log of 1 + |x|: numpy's float32
+    log is vectorised and log1p is not (3x slower here); the two differ by
+    at most one unit in the last place for the integers featurize writes,
+    and by under 2e-7 absolute for any value."""
+    y = np.abs(x)
+    y += 1
+    np.log(y, out=y)
+    return np.copysign(y, x, out=y)
+
+
+def parts_batch(parts: Parts, scaler: Scaler, lut: np.ndarray, neighbors: int, sequence: bool = False,
+                max_nodes: int = 512, full_x: bool = True) -> Batch:
+    """A data.Batch, as data.make_batch builds it from the same graphs (y,
+    noise and group left empty); full_x=False keeps only the node columns of x (the
+    kernel and config columns are kernel_x repeated), for NumpyNet."""
+    from tpuperf_cli.model.data import Batch, _first_per_dst
+    from tpuperf_cli.model.examples import Example, topological_order
+
+    b = Batch()
+    n_nodes = parts.n_nodes
+    b.n_nodes = n_nodes
+    offsets = np.r_[0, np.cumsum(n_nodes)[:-1]]
+    op = parts.opcode
+    b.opcode = lut[np.clip(op, 0, lut.size - 1)] * ((op >= 0) & (op < lut.size))
+    nf = NODE_FEATURES
+    node = _slog(parts.node)
+    node -= scaler.lo[:nf]
+    node *= scaler.inv[:nf]
+    kc = (_slog(parts.kc) - scaler.lo[nf:]) * scaler.inv[nf:]
+    b.kernel_x = kc.astype(np.float32)
+    if full_x:
+        x = np.empty((node.shape[0], scaler.width), np.float32)
+        x[:, :nf] = node
+        x[:, nf:] = np.repeat(kc, n_nodes, axis=0)
+        b.x = x
+    else:
+        b.x = node
+    e = parts.local_edges.astype(np.int64) + np.repeat(offsets, parts.m)[:, None]
+    user, operand = e[:, 0], e[:, 1]
+    keep = _first_per_dst(user, neighbors)
+    b.in_src, b.in_dst = operand[keep], user[keep]
+    keep = _first_per_dst(operand, neighbors)
+    b.out_src, b.out_dst = user[keep], operand[keep]
+    b.seq_keep = None
+    if sequence:
+        lengths = np.minimum(n_nodes, max_nodes)
+        # featurize writes operands before users (index order is topological);
+        # other graphs are sorted as examples.topological_order does
+        le = parts.local_edges
+        backward = np.repeat(np.arange(len(n_nodes)), parts.m)[le[:, 0] <= le[:, 1]] if le.size \
+            else np.zeros(0, np.int64)
+        rows = []
+        edge_start = np.r_[0, np.cumsum(parts.m)]
+        unordered = set(backward.tolist())
+        for i in range(len(n_nodes)):
+            n = int(n_nodes[i])
+            if i in unordered:
+                ex = Example(np.zeros(n, np.int64), None, le[edge_start[i]:edge_start[i + 1]], None, None)
+                order = topological_order(ex)
+            else:
+                order = np.arange(n)
+            rows.append(order[-max_nodes:] + offsets[i])
+        b.seq_keep = np.concatenate(rows)
+        b.seq_graph = np.repeat(np.arange(len(n_nodes)), lengths)
+        starts = np.r_[0, np.cumsum(lengths)[:-1]]
+        b.seq_pos = np.arange(b.seq_keep.size) - np.repeat(starts, lengths)
+        b.seq_len = int(lengths.max())
+        b.seq_lengths = lengths
+    b.y = None
+    b.noise = None          # measure's noise weighs training losses only
+    b.group = None
+    return b
