@@ -21,8 +21,9 @@ model's pick is the fastest setting by kernel sum and end to end, and how
 much slower the pick is than the best ("regret").
 
 The whole script runs on one CPU (pinned before jax starts), so that the
-compiled programs, the kernel measurements (measure --cpus 1 --clock
-process) and the end-to-end runs all see XLA:CPU with one thread.
+compiled programs, the kernel measurements (measure's defaults: one CPU,
+the process's CPU time) and the end-to-end runs all see XLA:CPU on one
+CPU.
 
     .venv/bin/python examples/xla_flags.py                 # writes examples/xla_flags.md
     .venv/bin/python examples/xla_flags.py --steps autoenc_s_train --out /tmp/x.md
@@ -71,8 +72,7 @@ def measure_programs(files, cache):
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     cmds = [tool("hlo-split") + ["-q"] + [str(f) for f in files],
             tool("featurize") + ["-q"],
-            tool("measure") + ["--backend", "cpu", "--cpus", "1", "--clock", "process",
-                               "--min-time", "3ms", "--cache-dir", str(cache)],
+            tool("measure") + ["--backend", "cpu", "--cache-dir", str(cache)],
             tool("predict"),
             tool("score") + ["--format", "json"]]
     procs = []
@@ -224,9 +224,10 @@ def render(results, t_measure, t_total, steps, load):
              "Written by `examples/xla_flags.py` (run it to redo this page). For each",
              "training step, the settings are ranked by the bundled model's",
              "prediction (`tpuperf_cli.compare`), then measured: **kernel sum** is",
-             "`hlo-split | featurize | measure --backend cpu --cpus 1 --clock process |",
-             "predict | score` (every kernel timed alone, times its count: what the model is",
-             "trained to predict); **end to end** runs the whole compiled step on",
+             "`hlo-split | featurize | measure --backend cpu | predict | score`",
+             "(every kernel timed alone on one CPU, the median of 7 samples of the",
+             "process's CPU time, times its count: what the model is trained to",
+             "predict); **end to end** runs the whole compiled step on",
              "real inputs (minimum of 5 runs, process CPU time). Everything ran",
              "pinned to one CPU. Times are in ms. \"trained\" marks a program whose",
              "exact HLO is in the bundled model's training or validation data",
