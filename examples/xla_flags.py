@@ -28,7 +28,7 @@ CPU.
     .venv/bin/python examples/xla_flags.py                 # writes examples/xla_flags.md
     .venv/bin/python examples/xla_flags.py --steps autoenc_s_train --out /tmp/x.md
 
-About 6 minutes on the project's 2-core machine, shared with other work
+About 7.5 minutes on the project's 2-core machine, shared with other work
 (half of it compiling the 15 programs, most of the rest measuring
 kernels; measure's cache in --cache makes a second run faster).
 """
