@@ -16,12 +16,11 @@ import sys
 import click
 
 from tpuperf_cli import __version__
-from tpuperf_cli.cli import COMMANDS, _available, load_command, tpuperf
+from tpuperf_cli.cli import COMMANDS, STANDALONE, _available, load_command, tpuperf
 
 MAN_DIR = pathlib.Path(__file__).resolve().parent.parent / "man" / "man1"
-# Tools installed as their own programs keep their bare name; the rest are
-# `tpuperf NAME`, paged as tpuperf-NAME(1).
-STANDALONE = {"hlo-split", "featurize", "measure", "predict", "score"}
+# Tools installed as their own programs (STANDALONE) keep their bare name;
+# the rest are `tpuperf NAME`, paged as tpuperf-NAME(1).
 
 
 def page_name(command_name):
@@ -122,11 +121,30 @@ def render(command, full_name, page, ctx_parent=None):
             example_lines += [line for line in examples(sub.help) if line not in example_lines]
     if example_lines:
         parts.append(".SH EXAMPLES\n.nf\n.RS 2\n" + esc("\n".join(example_lines)) + "\n.RE\n.fi")
+    parts.append(completion_section(full_name))
     parts.append(".SH EXIT STATUS\n0 on success; 1 when the input data or a run is bad; "
                  "2 for a usage error or HLO text that does not parse; 130 when interrupted.")
     others = sorted({page_name(n) for n in COMMANDS if _available(n)} | {"tpuperf"} - {page})
     parts.append(".SH SEE ALSO\n" + ",\n".join(f".BR {p} (1)" for p in others))
     return "\n".join(p for p in parts if p) + "\n"
+
+
+def completion_section(full_name):
+    """How to turn on click's shell completion for the program that runs
+    this command (the tool itself, or tpuperf for its subcommands)."""
+    program = full_name.split()[0]
+    var = "_" + program.replace("-", "_").upper() + "_COMPLETE"
+    lines = [".SH SHELL COMPLETION",
+             f"Options, choices, subcommands and file names complete in bash, zsh and fish "
+             f"(click's completion). Add the line for your shell to its start-up file:",
+             ".PP\n.nf\n.RS 2",
+             esc(f'eval "$({var}=bash_source {program})"     # ~/.bashrc'),
+             esc(f'eval "$({var}=zsh_source {program})"      # ~/.zshrc'),
+             esc(f"{var}=fish_source {program} > ~/.config/fish/completions/{program}.fish"),
+             ".RE\n.fi"]
+    if program != full_name:
+        lines.append(".PP\n" + esc(f"This completes `{full_name}` as part of {program}."))
+    return "\n".join(lines)
 
 
 def pages():

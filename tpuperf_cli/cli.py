@@ -28,12 +28,21 @@ COMMANDS = {
     "select": "select",
     "split": "split",
     "machine": "machine",
+    "compare": "compare",
 }
+# Tools installed as programs of their own (pyproject's [project.scripts]).
+STANDALONE = ("hlo-split", "featurize", "measure", "predict", "score")
 
 
 def load_command(name):
     module = importlib.import_module(f"tpuperf_cli.commands.{COMMANDS[name]}")
-    return module.cli
+    command = module.cli
+    if not any(p.name == "version" for p in command.params):
+        # every tool answers --version, as a standalone program or a subcommand
+        prog = name if name in STANDALONE else f"tpuperf {name}"
+        click.version_option(__version__, "--version", prog_name=prog,
+                             help="Print the version and exit.")(command)
+    return command
 
 
 class LazyGroup(click.Group):
@@ -75,6 +84,10 @@ def tpuperf():
       hlo-split prog.hlo | featurize | measure --backend cpu -o shards/prog.zst
       tpuperf split programs shards/*.zst -o split.json
       tpuperf train --data 'shards/*.zst' --split split.json -o model.pt
+      tpuperf compare base.hlo nofuse.hlo
+
+    From Python: import tpuperf_cli as tp; tp.estimate(jax.jit(f), *args),
+    tp.estimate_hlo(path), tp.compare({...}).
     """
 
 
