@@ -153,8 +153,8 @@ def main(argv=None):
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     sys.path[:0] = [str(ROOT), str(HERE)]
     import jax
-
     import make_programs as mp
+
     import tpuperf_cli as tp
 
     mp.setup_jax()

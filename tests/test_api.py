@@ -2,7 +2,6 @@
 compare`: the same figures as the tools' pipeline, from jitted functions,
 HLO text, files, protos and dump directories."""
 
-import io
 import json
 import os
 import pathlib
@@ -13,7 +12,6 @@ import pytest
 
 import tpuperf_cli as tp
 from tpuperf_cli.errors import TpuperfError
-from tpuperf_cli.stream import read_records
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "hlo" / "mlp_s_train.hlo"

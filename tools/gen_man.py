@@ -135,8 +135,8 @@ def completion_section(full_name):
     program = full_name.split()[0]
     var = "_" + program.replace("-", "_").upper() + "_COMPLETE"
     lines = [".SH SHELL COMPLETION",
-             f"Options, choices, subcommands and file names complete in bash, zsh and fish "
-             f"(click's completion). Add the line for your shell to its start-up file:",
+             "Options, choices, subcommands and file names complete in bash, zsh and fish "
+             "(click's completion). Add the line for your shell to its start-up file:",
              ".PP\n.nf\n.RS 2",
              esc(f'eval "$({var}=bash_source {program})"     # ~/.bashrc'),
              esc(f'eval "$({var}=zsh_source {program})"      # ~/.zshrc'),

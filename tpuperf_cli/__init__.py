@@ -15,10 +15,11 @@ SCHEMA_VERSION = 1
 
 _API = ("estimate", "estimate_hlo", "compare", "load_model", "Estimate", "KernelRow",
         "Comparison", "KernelDiff")
+__all__ = ["__version__", "SCHEMA_VERSION", "estimate", "estimate_hlo", "compare", "load_model",
+           "Estimate", "KernelRow", "Comparison", "KernelDiff"]
 
 if TYPE_CHECKING:           # pragma: no cover - for type checkers and IDEs
-    from tpuperf_cli.api import (Comparison, Estimate, KernelDiff, KernelRow, compare,
-                                 estimate, estimate_hlo, load_model)
+    from tpuperf_cli.api import Comparison, Estimate, KernelDiff, KernelRow, compare, estimate, estimate_hlo, load_model
 
 
 def __getattr__(name):

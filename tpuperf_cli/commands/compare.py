@@ -5,8 +5,7 @@ import sys
 
 import click
 
-from tpuperf_cli.commands.options import (CONTEXT, format_option, model_option, output_option,
-                                          quiet_option, text_output)
+from tpuperf_cli.commands.options import CONTEXT, format_option, model_option, output_option, quiet_option, text_output
 
 
 @click.command("compare", context_settings=CONTEXT)
