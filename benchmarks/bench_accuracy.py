@@ -9,7 +9,9 @@ the same for the roofline baseline (tpuperf_cli.eval.baseline: max of
 compute and memory time from kernel_feat, one coefficient per kernel kind,
 fitted on the train-split programs). A last column pair gives the error of
 the whole-program estimate (sum of prediction x count, what `score`
-prints).
+prints). The noise column is the median of measure's `noise` over the
+same kernels (the spread of their timed samples, in percent): the labels'
+own uncertainty, a floor no model's MAPE can be judged below.
 
     .venv/bin/python benchmarks/bench_accuracy.py                  # bundled model, random split
     .venv/bin/python benchmarks/bench_accuracy.py --model m.pt --split examples/splits/manual.json
@@ -56,6 +58,9 @@ def per_program(records, pred, min_ns):
         m = metrics.fusion_metrics(p, true, min_ns)
         m["program"] = prog
         m["total_ape"] = 100 * abs((p * counts).sum() - (true * counts).sum()) / (true * counts).sum()
+        noise = [records[i].get("noise") for i in idx if records[i]["runtime_ns"] >= min_ns]
+        noise = [x for x in noise if isinstance(x, (int, float))]
+        m["noise"] = 100 * float(np.median(noise)) if noise else float("nan")
         rows.append(m)
     return rows
 
@@ -89,7 +94,7 @@ def main():
 
     rows_m = per_program(test, pred, min_ns)
     rows_b = per_program(test, bpred, min_ns)
-    fields = ("mape", "tau", "total_ape")
+    fields = ("mape", "tau", "total_ape", "noise")
     med_m, mean_m = metrics.summarize(rows_m, fields)
     med_b, mean_b = metrics.summarize(rows_b, fields)
     if args.json:
@@ -105,9 +110,9 @@ def main():
           f"{len(test)} kernels; kernels >= {args.min_us:g} us")
     print(f"baseline: roofline x per-kind coefficient fitted on {len(train)} train kernels "
           f"({len(base.coef)} kinds)")
-    head = f"{'program':24s} {'kernels':>7s} | {'MAPE':>7s} {'tau':>6s} {'prog.err':>8s} | " \
+    head = f"{'program':24s} {'kernels':>7s} {'noise':>6s} | {'MAPE':>7s} {'tau':>6s} {'prog.err':>8s} | " \
            f"{'MAPE':>7s} {'tau':>6s} {'prog.err':>8s}"
-    print(f"{'':33s}| {'model':^24s}| {'baseline':^24s}")
+    print(f"{'':40s}| {'model':^24s}| {'baseline':^24s}")
     print(head)
     print("-" * len(head))
 
@@ -115,10 +120,10 @@ def main():
         return f"{r['mape']:6.1f}% {r['tau']:6.3f} {r['total_ape']:7.1f}%"
 
     for rm, rb in zip(rows_m, rows_b):
-        print(f"{rm['program']:24s} {rm['n']:7d} | {fmt(rm)} | {fmt(rb)}")
+        print(f"{rm['program']:24s} {rm['n']:7d} {rm['noise']:5.1f}% | {fmt(rm)} | {fmt(rb)}")
     print("-" * len(head))
-    print(f"{'median':24s} {'':7s} | {fmt(med_m)} | {fmt(med_b)}")
-    print(f"{'mean':24s} {'':7s} | {fmt(mean_m)} | {fmt(mean_b)}")
+    print(f"{'median':24s} {'':7s} {med_m['noise']:5.1f}% | {fmt(med_m)} | {fmt(med_b)}")
+    print(f"{'mean':24s} {'':7s} {mean_m['noise']:5.1f}% | {fmt(mean_m)} | {fmt(mean_b)}")
     print(f"(model predicted {len(test)} kernels in {t_model:.2f}s including loading)")
 
 
