@@ -26,6 +26,8 @@ call. The time of one trip is then the kernel's own time on the device, with
 neither Python nor the PJRT dispatch in it.
 """
 
+from __future__ import annotations
+
 import dataclasses
 
 from tpuperf_cli.hlo.ir import Instruction, Shape
@@ -93,7 +95,7 @@ def _same(name):
     return name
 
 
-def compilable_module(text, filename="<kernel>"):
+def compilable_module(text: str, filename: str = "<kernel>") -> str:
     """A kernel's module that XLA's compile pipeline takes (see the module
     docstring): same work, same shapes. Raises ParseError on bad text."""
     module, instructions, kept, _ = _compilable_parts(text, filename)
@@ -218,7 +220,7 @@ def _fresh(name, taken):
     return name
 
 
-def timing_module(text, filename="<kernel>"):
+def timing_module(text: str, filename: str = "<kernel>") -> str:
     """The kernel inside a loop that runs it `n` times (see the module
     docstring). The ENTRY takes the kernel's parameters, in order, then
     `n: s32[]`, and returns the kernel's result. Raises ParseError on bad

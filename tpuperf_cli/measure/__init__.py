@@ -13,11 +13,14 @@ record whose text was edited but kept its fingerprint must not get another
 kernel's runtime (or give its runtime to others through a shared cache).
 """
 
+from __future__ import annotations
+
 import hashlib
 from collections import Counter, OrderedDict
+from collections.abc import Sequence
 
 from tpuperf_cli.errors import StreamError, TpuperfError
-from tpuperf_cli.records import ERROR, FINGERPRINT, HLO, NOISE, RUNS, RUNTIME_NS, TARGET, TYPE, locate
+from tpuperf_cli.records import ERROR, FINGERPRINT, HLO, NOISE, RUNS, RUNTIME_NS, TARGET, TYPE, Record, locate
 
 from .device import MeasureError, Measurement  # noqa: F401  (jax loads lazily)
 
@@ -26,7 +29,7 @@ from .device import MeasureError, Measurement  # noqa: F401  (jax loads lazily)
 TRANSIENT_ERRORS = frozenset({"timeout"})
 
 
-def kernel_key(text):
+def kernel_key(text: str) -> str:
     """The fingerprint of a kernel module's text (hlo.split's, computed
     from the text); for text that does not parse, a hash of the text."""
     from tpuperf_cli.hlo.split import module_fingerprint
@@ -75,7 +78,7 @@ class MeasureSession:
                            result["runs"], result["error"], result["error_kind"],
                            self.measurer.min_time, result.get("noise"))
 
-    def update_many(self, items):
+    def update_many(self, items: Sequence[tuple[Record, int | None, str | None]]) -> list[Record]:
         """Add the measurement fields to records in place and return them.
         items: (record, number, source name) triples. The kernels neither
         measured in this run nor cached are timed together (interleaved)."""
@@ -105,12 +108,12 @@ class MeasureSession:
             self._apply(record, self._memo[key])
         return [record for record, _ in keyed]
 
-    def update(self, record, number=None, name=None):
+    def update(self, record: Record, number: int | None = None, name: str | None = None) -> Record:
         """Add the measurement fields to one record (in place) and return it."""
         return self.update_many([(record, number, name)])[0]
 
     @staticmethod
-    def check(record, number=None, name=None):
+    def check(record: Record, number: int | None = None, name: str | None = None) -> None:
         """Raise StreamError if the record has no kernel text to measure."""
         text = record.get(HLO)
         if not isinstance(text, str) or not text.strip():
@@ -150,10 +153,10 @@ class MeasureSession:
             self.ok += 1
 
     @property
-    def total(self):
+    def total(self) -> int:
         return self.ok + sum(self.failed.values())
 
-    def summary(self, prog="measure"):
+    def summary(self, prog: str = "measure") -> list[str]:
         """Lines for stderr: counts, then failures grouped by reason."""
         lines = [f"{prog}: {self.total} kernel(s): {self.ok} measured, "
                  f"{sum(self.failed.values())} failed; "

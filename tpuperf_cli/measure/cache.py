@@ -6,6 +6,8 @@ Failures are cached too (a compile error does not go away by compiling
 again); `retry_errors` ignores cached failures.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import sqlite3
@@ -32,7 +34,7 @@ CREATE TABLE IF NOT EXISTS measurement (
 """
 
 
-def default_cache_dir():
+def default_cache_dir() -> str:
     """$XDG_CACHE_HOME/tpuperf, or ~/.cache/tpuperf."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "tpuperf")
@@ -58,7 +60,7 @@ class Cache:
         except sqlite3.Error as e:
             raise TpuperfError(f"cache {self.path}: {e}") from None
 
-    def get(self, fingerprint, key):
+    def get(self, fingerprint: str, key: str) -> dict | None:
         """The cached entry as a dict (runtime_ns, runs, noise, error,
         error_kind, target), or None."""
         row = self._db.execute(
@@ -71,8 +73,9 @@ class Cache:
                 "noise": noise, "error": error, "error_kind": error_kind,
                 "target": json.loads(target)}
 
-    def put(self, fingerprint, key, target, runtime_ns=None, runs=None, error=None,
-            error_kind=None, min_time=None, noise=None):
+    def put(self, fingerprint: str, key: str, target: dict, runtime_ns: float | None = None,
+            runs: list | None = None, error: str | None = None, error_kind: str | None = None,
+            min_time: float | None = None, noise: float | None = None) -> None:
         """Store one measurement (or failure) and commit it."""
         self._db.execute(
             "INSERT OR REPLACE INTO measurement (fingerprint, target_key, runtime_ns, runs, "
@@ -84,5 +87,5 @@ class Cache:
     def __len__(self):
         return self._db.execute("SELECT COUNT(*) FROM measurement").fetchone()[0]
 
-    def close(self):
+    def close(self) -> None:
         self._db.close()

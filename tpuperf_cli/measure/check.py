@@ -9,10 +9,15 @@ cloud VM may report the same CPU name, family and model on hosts that run
 at different speeds.
 """
 
+from __future__ import annotations
+
 import statistics
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.records import Record
 
 # A reference kernel within this factor of its manifest time agrees; the
 # median over them must be within the tighter one.
@@ -28,7 +33,7 @@ def _kind(record):
     return record.get("fusion_kind") if record.get("opcode") == "fusion" else record.get("opcode")
 
 
-def pick_references(records, per_kind=2):
+def pick_references(records: Iterable[Record], per_kind: int = 2) -> list[dict]:
     """Reference kernels for a manifest: per kind, the least noisy measured
     kernels between 20 us and 2 ms (distinct fingerprints)."""
     seen, by_kind = set(), {}
@@ -47,7 +52,7 @@ def pick_references(records, per_kind=2):
     return refs
 
 
-def load_references(manifest_path):
+def load_references(manifest_path: str | Path) -> tuple[dict, list[tuple[dict, str]]]:
     """(manifest, [(reference, hlo text)]) from a corpus manifest; the
     texts come from the kernel shards beside it."""
     import json
@@ -85,7 +90,7 @@ def load_references(manifest_path):
     return manifest, out
 
 
-def check_machine(manifest_path, measurer):
+def check_machine(manifest_path: str | Path, measurer: Any) -> dict:
     """A report: target fields that differ, and each reference kernel's time
     here against the manifest's. report["same"] says whether this machine
     may extend or be compared with the corpus."""

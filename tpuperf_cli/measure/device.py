@@ -40,12 +40,16 @@ distortion: on GPU/TPU a scatter whose indices are all equal serialises its
 updates on one location.
 """
 
+from __future__ import annotations
+
 import math
 import os
 import re
 import statistics
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tpuperf_cli.errors import ParseError
 
@@ -100,7 +104,7 @@ class Measurement:
     dropped: int = 0
 
 
-def lower_quartile(values):
+def lower_quartile(values: Iterable[float]) -> float:
     """The 25th percentile, interpolated (numpy's default method)."""
     xs = sorted(values)
     k = (len(xs) - 1) * 0.25
@@ -109,7 +113,7 @@ def lower_quartile(values):
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def summarize(samples, dropped=0):
+def summarize(samples: Sequence[float], dropped: int = 0) -> Measurement:
     """A Measurement from per-run samples (ns)."""
     med = statistics.median(samples)
     mad = statistics.median(abs(s - med) for s in samples)
@@ -118,7 +122,7 @@ def summarize(samples, dropped=0):
                        float(noise), dropped)
 
 
-def pin_cpus(n):
+def pin_cpus(n: int) -> set[int]:
     """Restrict this process to n of its CPUs (the last ones), before jax
     starts: XLA:CPU sizes its thread pool from the CPUs it may use. Returns
     the CPUs kept."""
@@ -130,7 +134,7 @@ def pin_cpus(n):
     return keep
 
 
-def single_threaded_xla():
+def single_threaded_xla() -> None:
     """Ask XLA:CPU to run Eigen's dots and convolutions on the calling
     thread (before jax starts). On one pinned CPU its pool's threads only
     spin and take turns with the worker, which the process clock counts as
@@ -141,7 +145,7 @@ def single_threaded_xla():
         os.environ["XLA_FLAGS"] = (flags + " " + flag).strip()
 
 
-def pick_backend(requested=None):
+def pick_backend(requested: str | None = None) -> str:
     """The backend name to use: the requested one, or the best present
     (tpu, then gpu, then cpu). Raises MeasureError if the requested backend
     is not available."""
@@ -170,7 +174,7 @@ def _first_line(e, limit=300):
     return s if len(s) <= limit else s[:limit] + "..."
 
 
-def error_text(e, limit=600):
+def error_text(e: BaseException, limit: int = 600) -> str:
     """The useful part of an XLA error: its first lines, without MLIR locs."""
     lines = [line for line in str(e).strip().splitlines() if line.strip()]
     text = " | ".join(lines[:3]) if lines else type(e).__name__
@@ -263,7 +267,8 @@ class Measurer:
     the machine (the record's target), ``key`` is its cache key.
     """
 
-    def __init__(self, backend=None, samples=15, min_time=0.0005, seed=0, clock="auto"):
+    def __init__(self, backend: str | None = None, samples: int = 15, min_time: float = 0.0005,
+                 seed: int = 0, clock: str = "auto"):
         import jax
 
         if samples < 1:
@@ -293,7 +298,7 @@ class Measurer:
         self.key = target_key(self.target)
 
     # ------------------------------------------------------------ compile
-    def compile(self, text):
+    def compile(self, text: str) -> tuple[Any, list]:
         """Parse, wrap in the timing loop and compile one kernel module;
         returns (executable, parameter shapes), the last parameter being
         the trip count."""
@@ -337,7 +342,7 @@ class Measurer:
         return exe, params
 
     # ------------------------------------------------------------ inputs
-    def inputs(self, params):
+    def inputs(self, params: Sequence[Any]) -> list:
         """Device arrays for the parameter shapes (see the module docstring)."""
         import numpy as np
 
@@ -380,7 +385,7 @@ class Measurer:
             raise MeasureError("run", error_text(e)) from None
         return timed
 
-    def measure_many(self, texts):
+    def measure_many(self, texts: Sequence[str]) -> list[Measurement | MeasureError]:
         """A Measurement or a MeasureError for each kernel text, in order.
         The kernels are compiled and calibrated one by one, then sampled in
         `samples` rounds across all of them."""
@@ -415,7 +420,7 @@ class Measurer:
         for i, timed in live:
             results[i] = timed.result()
 
-    def measure(self, text):
+    def measure(self, text: str) -> Measurement:
         """The Measurement of one kernel text; raises MeasureError."""
         (result,) = self.measure_many([text])
         if isinstance(result, MeasureError):

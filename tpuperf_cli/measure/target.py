@@ -8,10 +8,13 @@ accelerator the device kind and the platform version (driver, runtime)
 play that part.
 """
 
+from __future__ import annotations
+
 import hashlib
 import json
 import os
 import platform
+from typing import Any
 
 # Bumped when the way of timing changes, so that values timed the old way
 # are neither reused from the cache nor mixed into one corpus with new ones.
@@ -20,7 +23,7 @@ import platform
 METHOD = 3
 
 
-def cpu_identity():
+def cpu_identity() -> dict[str, str]:
     """Vendor, family, model, stepping and name of this machine's CPU, from
     /proc/cpuinfo (Linux; elsewhere what `platform` knows)."""
     fields = {"vendor_id": "vendor", "cpu family": "family", "model": "model",
@@ -42,7 +45,7 @@ def cpu_identity():
     return found
 
 
-def cpu_caches():
+def cpu_caches() -> dict[str, str]:
     """Cache sizes of CPU 0 by level, e.g. {"L1d": "32K", "L2": "1024K",
     "L3": "32768K"} (Linux sysfs; {} elsewhere)."""
     base = "/sys/devices/system/cpu/cpu0/cache"
@@ -70,18 +73,18 @@ def _read(path):
         return f.read().strip()
 
 
-def usable_cpus():
+def usable_cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count()
 
 
-def online_cpus():
+def online_cpus() -> int:
     return os.cpu_count()
 
 
-def describe(device, clock):
+def describe(device: Any, clock: str) -> dict:
     """The target map for a jax device, timed with `clock`."""
     import jax
     import jaxlib
@@ -111,13 +114,13 @@ def describe(device, clock):
     return target
 
 
-def target_key(target):
+def target_key(target: dict) -> str:
     """A short stable key for a target map (the cache's second key)."""
     blob = json.dumps(target, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def same_machine(a, b):
+def same_machine(a: dict, b: dict) -> list[str]:
     """The fields in which two targets differ as machines (not as ways of
     timing): [] when they describe the same kind of machine."""
     keys = ("platform", "device_kind", "chip", "cpu", "caches", "cpu_count", "cores",

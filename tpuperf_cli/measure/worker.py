@@ -7,6 +7,8 @@ restarted after a crash. A batch whose child crashed or hung is timed again
 one kernel at a time, so that only the guilty kernel gets the error.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import select
@@ -14,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 
 from .device import MeasureError, Measurement, error_text
 
@@ -23,8 +26,8 @@ class IsolatedMeasurer:
     child process. timeout: seconds one kernel may take, compile included;
     cpus: pin the child to that many CPUs (None: all)."""
 
-    def __init__(self, backend=None, samples=15, min_time=0.0005, timeout=300.0, cpus=None,
-                 clock="auto"):
+    def __init__(self, backend: str | None = None, samples: int = 15, min_time: float = 0.0005,
+                 timeout: float = 300.0, cpus: int | None = None, clock: str = "auto"):
         self.config = {"backend": backend, "samples": samples, "min_time": float(min_time),
                        "cpus": cpus, "clock": clock}
         self.samples = samples
@@ -107,7 +110,7 @@ class IsolatedMeasurer:
         self._errlog.truncate()
         return [_result(r) for r in reply["results"]]
 
-    def measure_many(self, texts):
+    def measure_many(self, texts: Sequence[str]) -> list[Measurement | MeasureError]:
         """A Measurement or a MeasureError for each text, in order."""
         if not texts:
             return []
@@ -119,7 +122,7 @@ class IsolatedMeasurer:
         # one kernel crashed or hung the batch: find it, one at a time
         return [r for text in texts for r in self.measure_many([text])]
 
-    def measure(self, text):
+    def measure(self, text: str) -> Measurement:
         (result,) = self.measure_many([text])
         if isinstance(result, MeasureError):
             raise result
@@ -137,7 +140,7 @@ class IsolatedMeasurer:
                     pass
             self._proc = None
 
-    def close(self):
+    def close(self) -> None:
         """Stop the child at once (it holds nothing worth waiting for: every
         result is already with the parent)."""
         self._kill()
@@ -160,7 +163,7 @@ def _reply(result):
             "dropped": result.dropped}
 
 
-def worker_main():
+def worker_main() -> None:
     """The child side of IsolatedMeasurer: msgpack requests on stdin
     ({"hlo": [text, ...]}), one reply per request on stdout."""
     import signal
