@@ -26,35 +26,8 @@ HLO_SPLIT = [sys.executable, "-m", "tpuperf_cli", "hlo-split"]
 
 # ---------------------------------------------------------------- XLA's view
 
-def _varint(buf, i):
-    shift = value = 0
-    while True:
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return value, i
-
-
-def _fields(buf):
-    """(field number, value) pairs of one protobuf message."""
-    i = 0
-    while i < len(buf):
-        key, i = _varint(buf, i)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, i = _varint(buf, i)
-        elif wire == 1:
-            value, i = buf[i:i + 8], i + 8
-        elif wire == 2:
-            n, i = _varint(buf, i)
-            value, i = buf[i:i + n], i + n
-        elif wire == 5:
-            value, i = buf[i:i + 4], i + 4
-        else:
-            raise ValueError(f"wire type {wire}")
-        yield number, wire, value
+# protobuf's wire format, read by the same helpers hlo-split reads dump protos with
+from tpuperf_cli.hlo.dump import _fields, _varint  # noqa: E402
 
 
 def _ints(wire, value):
