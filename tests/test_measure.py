@@ -306,6 +306,18 @@ def test_batch_measures_each_kernel_and_keeps_errors_in_place(measurer):
     assert isinstance(out[1], MeasureError) and out[1].kind == "compile"
 
 
+def test_samples_at_the_fixed_cost_are_an_error_not_a_zero(measurer):
+    from tpuperf_cli.measure.device import MeasureError, _Timed
+
+    timed = _Timed(measurer, None, [], 0)
+    timed.samples = [(0.0, True)] * 5 + [(120.0, True)] * 10
+    with pytest.raises(MeasureError) as e:
+        timed.result()
+    assert e.value.kind == "untimed"
+    timed.samples = [(0.0, True)] * 3 + [(120.0, True)] * 12
+    assert timed.result().runtime_ns == 120.0
+
+
 def test_kernel_time_excludes_dispatch(measurer):
     """One negate of a scalar: a dispatched call costs microseconds, the
     kernel inside the timing loop far less."""
@@ -484,7 +496,8 @@ def test_truncated_input_keeps_good_records(tmp_path, bar):
 
 
 def test_ctrl_c_keeps_cache_and_a_valid_stream(tmp_path):
-    recs = [kernel(f"mm{n}", matmul_hlo(n), i) for i, n in enumerate(range(16, 16 + 40))]
+    # far more work than the test waits for, even on a fast, idle machine
+    recs = [kernel(f"mm{n}", matmul_hlo(n), i) for i, n in enumerate(range(16, 16 + 160))]
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
     out_path = tmp_path / "out.msgpack"
     with open(out_path, "wb") as out:

@@ -142,7 +142,10 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
 
     A kernel that cannot be timed gets `error` (a reason, prefixed by its
     kind: collective, parse, convert, compile, unsupported, inputs, run,
-    crash, timeout) instead of runtime_ns, and the stream goes on. All other
+    untimed, crash, timeout) instead of runtime_ns, and the stream goes on.
+    "untimed" is a kernel whose samples were mostly not above the fixed
+    cost of a call (seen on a few of XLA:CPU's parallel_* kernels): no
+    runtime is better than a zero. All other
     fields pass through untouched.
 
     How a kernel is timed: its standalone HloModule (the record's `hlo`) is

@@ -250,12 +250,20 @@ class _Timed:
         value = max(t - self.fixed, 0) / self.trips
         self.samples.append((value, clean))
 
-    def result(self):
+    def result(self) -> Measurement:
         kept = [v for v, clean in self.samples if clean]
         # a kernel longer than a time slice is rarely left alone: then all count
         if len(kept) < max(3, (len(self.samples) + 1) // 2):
             kept = [v for v, _ in self.samples]
-        return summarize(kept, len(self.samples) - len(kept))
+        m = summarize(kept, len(self.samples) - len(kept))
+        if m.runtime_ns <= 0:
+            # seen on a few of XLA:CPU's parallel_* kernels (iotas,
+            # broadcasts, copies split across threads): their trips do not
+            # show above a call's fixed cost
+            raise MeasureError("untimed", "a quarter or more of the samples were not above the "
+                                          "fixed cost of a call: the kernel's work did not show "
+                                          "in the timing loop")
+        return m
 
 
 class Measurer:
@@ -418,7 +426,10 @@ class Measurer:
                     results[entry[0]] = MeasureError("run", error_text(e))
                     live.remove(entry)
         for i, timed in live:
-            results[i] = timed.result()
+            try:
+                results[i] = timed.result()
+            except MeasureError as e:
+                results[i] = e
 
     def measure(self, text: str) -> Measurement:
         """The Measurement of one kernel text; raises MeasureError."""
