@@ -111,7 +111,8 @@ def _cpus(ctx, param, value):
               show_default=True,
               help="What a sample's duration is: the CPU time of the measuring process "
                    "(process: CPU only; time spent descheduled on a busy machine does not "
-                   "count) or elapsed time (wall). auto: process on CPU, wall elsewhere.")
+                   "count) or elapsed time (wall). auto: process on CPU with --cpus 1, wall "
+                   "elsewhere.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
               metavar="SECONDS",
               help="Give up on a kernel (error kind timeout) after this long.")

@@ -291,7 +291,10 @@ class Measurer:
         self.min_time = float(min_time)
         self.seed = seed
         if clock == "auto":
-            clock = "process" if self.backend == "cpu" else "wall"
+            # the process clock only where the process has one CPU: on
+            # several, XLA's idle pool threads spin and it counts them
+            pinned = len(os.sched_getaffinity(0)) == 1 if hasattr(os, "sched_getaffinity") else False
+            clock = "process" if self.backend == "cpu" and pinned else "wall"
         if clock not in CLOCKS:
             raise ValueError(f"clock must be one of {', '.join(CLOCKS)} or auto")
         if clock == "process" and self.backend != "cpu":
