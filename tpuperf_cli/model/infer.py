@@ -8,7 +8,7 @@ about as much CPU as the DGL network (benchmarks/bench_predict.py). DGL
 stays the training library; this is the default engine of predict, eval
 and select wherever it can run the model.
 
-* `read_model_dict(path)` reads a model file without torch: torch.save's zip
+* `read_model_dict(path)` (model/weights.py) reads a model file without torch: torch.save's zip
   holds a pickle (data.pkl) and one raw little-endian file per tensor. A
   restricted unpickler accepts only the tensor rebuild function, storage
   types and OrderedDict, so a model file cannot run code here either.
@@ -16,6 +16,8 @@ and select wherever it can run the model.
   `tpuperf train` makes: gnn sage, gat or none (directed or not, mean or sum
   aggregation, residual, normalize); reductions per-node, column, lstm,
   transformer; with or without --kernel-head.
+
+model/parts.py turns records into the batches NumpyNet reads.
 
 Whatever this module does not recognise (another file layout, weights that
 do not fit the config, a hyperparameter it does not know) raises
@@ -25,108 +27,16 @@ runs the model or says what is wrong with the file.
 
 from __future__ import annotations
 
-import collections
-import pickle
-import zipfile
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from tpuperf_cli.model.config import NetConfig
-from tpuperf_cli.records import (
-    CONFIG_FEAT,
-    CONFIG_FEATURES,
-    EDGE_INDEX,
-    KERNEL_FEAT,
-    NODE_FEAT,
-    NODE_FEATURES,
-    NODE_OPCODE,
-    Record,
-)
+from tpuperf_cli.model.weights import Unsupported
+from tpuperf_cli.records import NODE_FEATURES
 
 if TYPE_CHECKING:
     from tpuperf_cli.model.data import Batch
-    from tpuperf_cli.model.examples import Example, Scaler
-
-
-class Unsupported(Exception):
-    """This file or model needs the torch/DGL path."""
-
-
-# ---------------------------------------------------------------- model files
-
-_STORAGES = {"FloatStorage": "<f4", "DoubleStorage": "<f8", "HalfStorage": "<f2",
-             "LongStorage": "<i8", "IntStorage": "<i4", "ShortStorage": "<i2",
-             "CharStorage": "i1", "ByteStorage": "u1", "BoolStorage": "?"}
-
-
-class _Storage:
-    def __init__(self, name):
-        self.dtype = np.dtype(_STORAGES[name])
-
-
-def _rebuild_tensor(storage, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
-    if not isinstance(storage, np.ndarray):
-        raise Unsupported("tensor without storage")
-    item = storage.itemsize
-    if len(size) == 0:
-        return storage[offset:offset + 1].reshape(()).copy()
-    view = np.lib.stride_tricks.as_strided(storage[offset:], shape=tuple(size),
-                                           strides=tuple(s * item for s in stride))
-    return np.array(view)       # an owned, C-ordered copy
-
-
-def read_model_dict(path: str) -> dict:
-    """The dict of a torch.save'd model file, tensors as numpy arrays.
-    Raises Unsupported for anything but the plain zip layout of weights and
-    plain values (torch.load then decides what the file is)."""
-    try:
-        z = zipfile.ZipFile(path)
-    except (OSError, zipfile.BadZipFile, ValueError) as e:
-        raise Unsupported(str(e)) from None
-    with z:
-        pkl = [n for n in z.namelist() if n.endswith("/data.pkl")]
-        if len(pkl) != 1:
-            raise Unsupported("no single data.pkl")
-        prefix = pkl[0][:-len("data.pkl")]
-        try:
-            order = z.read(prefix + "byteorder").decode().strip()
-        except KeyError:
-            order = "little"
-        if order != "little":
-            raise Unsupported(f"byte order {order}")
-        storages = {}
-
-        class Unpickler(pickle.Unpickler):
-            def find_class(self, module, name):
-                if module == "torch._utils" and name == "_rebuild_tensor_v2":
-                    return _rebuild_tensor
-                if module == "torch" and name in _STORAGES:
-                    return _Storage(name)
-                if module == "collections" and name == "OrderedDict":
-                    return collections.OrderedDict
-                raise Unsupported(f"pickled {module}.{name}")
-
-            def persistent_load(self, pid):
-                if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
-                        and isinstance(pid[1], _Storage)):
-                    raise Unsupported("unknown persistent id")
-                key = str(pid[2])
-                if key not in storages:
-                    try:
-                        raw = z.read(f"{prefix}data/{key}")
-                    except KeyError:
-                        raise Unsupported(f"storage {key} missing") from None
-                    storages[key] = np.frombuffer(raw, pid[1].dtype)
-                return storages[key]
-
-        try:
-            with z.open(pkl[0]) as f:
-                return Unpickler(f).load()
-        except Unsupported:
-            raise
-        except Exception as e:  # a corrupt pickle: torch.load says it better
-            raise Unsupported(f"{type(e).__name__}: {e}") from None
 
 
 # ---------------------------------------------------------------- the network
@@ -512,162 +422,3 @@ def numpy_net(d: dict) -> NumpyNet:
     except (ValueError, TypeError, KeyError) as e:
         raise Unsupported(str(e)) from None
     return NumpyNet(cfg, d["state_dict"])
-
-
-# ---------------------------------------------------------------- records to batches
-
-_ROW_BYTES = NODE_FEATURES * 4
-_NO_CONFIG = bytes(CONFIG_FEATURES * 4)
-
-
-def _field(record, key, dtype):
-    """The (shape, data) of an array map of the given dtype, else None."""
-    v = record.get(key)
-    if type(v) is dict and v.get("dtype") == dtype:
-        shape, data = v.get("shape"), v.get("data")
-        if type(shape) is list and type(data) is bytes:
-            return shape, data
-    return None
-
-
-def record_parts(record: Record, kernel_features: int) -> tuple | None:
-    """What the model reads of a graph record, as raw little-endian bytes:
-    (n, m, opcode int32, node_feat f32 (n, 140), edge_index int32 (m, 2),
-    kernel_feat f32 ++ config_feat f32), or None when the record is not in
-    featurize's exact layout (then examples.example reads and checks it).
-    Node features and edges are checked per batch (check_parts)."""
-    op = _field(record, NODE_OPCODE, "<i4")
-    nf = _field(record, NODE_FEAT, "<f4")
-    ei = _field(record, EDGE_INDEX, "<i4")
-    kf = _field(record, KERNEL_FEAT, "<f4")
-    if op is None or nf is None or ei is None or kf is None:
-        return None
-    n = len(op[1]) >> 2
-    if n == 0 or op[0] != [n] or nf[0] != [n, NODE_FEATURES] or len(nf[1]) != n * _ROW_BYTES \
-            or kf[0] != [kernel_features] or len(kf[1]) != 4 * kernel_features:
-        return None
-    m = len(ei[1]) >> 3
-    if ei[0] != [m, 2] or len(ei[1]) != 8 * m:
-        if len(ei[1]) or 0 not in ei[0]:
-            return None
-        m = 0
-    if CONFIG_FEAT in record:
-        cf = _field(record, CONFIG_FEAT, "<f4")
-        if cf is None or len(cf[1]) != 4 * CONFIG_FEATURES or cf[0] != [CONFIG_FEATURES]:
-            return None
-        cf = cf[1]
-    else:
-        cf = _NO_CONFIG
-    return n, m, op[1], nf[1], ei[1], kf[1] + cf
-
-
-def example_parts(ex: Example) -> tuple:
-    """record_parts of an examples.Example (a record read the slow way)."""
-    edges = np.ascontiguousarray(ex.edges, dtype="<i4").reshape(-1, 2)
-    return (ex.n, edges.shape[0], np.ascontiguousarray(ex.opcode, "<i4").tobytes(),
-            np.ascontiguousarray(ex.node_feat, "<f4").tobytes(), edges.tobytes(),
-            np.concatenate([ex.kernel_feat, ex.config_feat]).astype("<f4").tobytes())
-
-
-class Parts:
-    """A batch's records joined: node rows, edges, per-graph sizes."""
-
-    def __init__(self, parts: list[tuple], kc_width: int):
-        b = len(parts)
-        self.n_nodes = np.fromiter((p[0] for p in parts), np.int64, b)
-        self.m = np.fromiter((p[1] for p in parts), np.int64, b)
-        self.opcode = np.frombuffer(b"".join([p[2] for p in parts]), "<i4")
-        self.node = np.frombuffer(b"".join([p[3] for p in parts]), "<f4").reshape(-1, NODE_FEATURES)
-        self.local_edges = np.frombuffer(b"".join([p[4] for p in parts]), "<i4").reshape(-1, 2)
-        self.kc = np.frombuffer(b"".join([p[5] for p in parts]), "<f4").reshape(b, kc_width)
-
-    def first_bad(self) -> int | None:
-        """Index of the first graph whose edges point outside it or whose node
-        features are not finite, None if all are good."""
-        bad = None
-        e = self.local_edges
-        if e.size:
-            limit = np.repeat(self.n_nodes, self.m)
-            wrong = (e.min(axis=1) < 0) | (e.max(axis=1) >= limit)
-            if wrong.any():
-                bad = int(np.searchsorted(np.cumsum(self.m), np.argmax(wrong), side="right"))
-        if not np.isfinite(self.node.sum(dtype=np.float64)):
-            rows = ~np.isfinite(self.node.sum(axis=1, dtype=np.float64))
-            g = int(np.searchsorted(np.cumsum(self.n_nodes), np.argmax(rows), side="right"))
-            bad = g if bad is None else min(bad, g)
-        return bad
-
-
-def _slog(x):
-    """examples.slog, sign(x) log(1 + |x|), as log of 1 + |x|: numpy's float32
-    log is vectorised and log1p is not (3x slower here); the two differ by
-    at most one unit in the last place for the integers featurize writes,
-    and by under 2e-7 absolute for any value."""
-    y = np.abs(x)
-    y += 1
-    np.log(y, out=y)
-    return np.copysign(y, x, out=y)
-
-
-def parts_batch(parts: Parts, scaler: Scaler, lut: np.ndarray, neighbors: int, sequence: bool = False,
-                max_nodes: int = 512, full_x: bool = True) -> Batch:
-    """A data.Batch, as data.make_batch builds it from the same graphs (y,
-    noise and group left empty); full_x=False keeps only the node columns of x (the
-    kernel and config columns are kernel_x repeated), for NumpyNet."""
-    from tpuperf_cli.model.data import Batch, _first_per_dst
-    from tpuperf_cli.model.examples import Example, topological_order
-
-    b = Batch()
-    n_nodes = parts.n_nodes
-    b.n_nodes = n_nodes
-    offsets = np.r_[0, np.cumsum(n_nodes)[:-1]]
-    op = parts.opcode
-    b.opcode = lut[np.clip(op, 0, lut.size - 1)] * ((op >= 0) & (op < lut.size))
-    nf = NODE_FEATURES
-    node = _slog(parts.node)
-    node -= scaler.lo[:nf]
-    node *= scaler.inv[:nf]
-    kc = (_slog(parts.kc) - scaler.lo[nf:]) * scaler.inv[nf:]
-    b.kernel_x = kc.astype(np.float32)
-    if full_x:
-        x = np.empty((node.shape[0], scaler.width), np.float32)
-        x[:, :nf] = node
-        x[:, nf:] = np.repeat(kc, n_nodes, axis=0)
-        b.x = x
-    else:
-        b.x = node
-    e = parts.local_edges.astype(np.int64) + np.repeat(offsets, parts.m)[:, None]
-    user, operand = e[:, 0], e[:, 1]
-    keep = _first_per_dst(user, neighbors)
-    b.in_src, b.in_dst = operand[keep], user[keep]
-    keep = _first_per_dst(operand, neighbors)
-    b.out_src, b.out_dst = user[keep], operand[keep]
-    b.seq_keep = None
-    if sequence:
-        lengths = np.minimum(n_nodes, max_nodes)
-        # featurize writes operands before users (index order is topological);
-        # other graphs are sorted as examples.topological_order does
-        le = parts.local_edges
-        backward = np.repeat(np.arange(len(n_nodes)), parts.m)[le[:, 0] <= le[:, 1]] if le.size \
-            else np.zeros(0, np.int64)
-        rows = []
-        edge_start = np.r_[0, np.cumsum(parts.m)]
-        unordered = set(backward.tolist())
-        for i in range(len(n_nodes)):
-            n = int(n_nodes[i])
-            if i in unordered:
-                ex = Example(np.zeros(n, np.int64), None, le[edge_start[i]:edge_start[i + 1]], None, None)
-                order = topological_order(ex)
-            else:
-                order = np.arange(n)
-            rows.append(order[-max_nodes:] + offsets[i])
-        b.seq_keep = np.concatenate(rows)
-        b.seq_graph = np.repeat(np.arange(len(n_nodes)), lengths)
-        starts = np.r_[0, np.cumsum(lengths)[:-1]]
-        b.seq_pos = np.arange(b.seq_keep.size) - np.repeat(starts, lengths)
-        b.seq_len = int(lengths.max())
-        b.seq_lengths = lengths
-    b.y = None
-    b.noise = None          # measure's noise weighs training losses only
-    b.group = None
-    return b

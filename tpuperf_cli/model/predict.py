@@ -97,12 +97,12 @@ class Model:
         return self.scaler.runtime(y.cpu().numpy())
 
     def predict_parts(self, parts: Sequence[tuple]) -> tuple[np.ndarray, int | None]:
-        """(predicted ns, bad) for graphs given as infer.record_parts, in
+        """(predicted ns, bad) for graphs given as parts.record_parts, in
         order; bad is the index of the first graph whose edges point outside
         it or whose node features are not finite (predictions stop before
         it), else None. A graph seen before (the same bytes: kernels repeat
         within a program) is computed once."""
-        from tpuperf_cli.model.infer import Parts, parts_batch
+        from tpuperf_cli.model.parts import Parts, parts_batch
 
         memo = self._memo
         preds = np.empty(len(parts), np.float64)
@@ -395,7 +395,8 @@ def load_model(path: str | None = None, device: str = "cpu", threads: int | None
 def _load_numpy(path: str, required: bool) -> Model | None:
     """A Model on infer.NumpyNet, or None when that cannot run the file
     (TpuperfError instead when required)."""
-    from tpuperf_cli.model.infer import Unsupported, numpy_net, read_model_dict
+    from tpuperf_cli.model.infer import numpy_net
+    from tpuperf_cli.model.weights import Unsupported, read_model_dict
 
     try:
         d = read_model_dict(path)
@@ -452,7 +453,7 @@ def predict_records(records: Iterable[Record], model: Model | str | None = None,
     default a line on stderr) when the records were measured on another
     target than the model's training data.
     """
-    from tpuperf_cli.model.infer import example_parts, record_parts
+    from tpuperf_cli.model.parts import example_parts, record_parts
 
     if not isinstance(model, Model):
         model = load_model(model)
