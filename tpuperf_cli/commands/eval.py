@@ -83,7 +83,10 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
     and all kernels. The first table also gives each predictor's
     whole-program error (prog%): 100 |sum of predicted x count - sum of
     measured x count| / sum of measured x count over all the program's
-    measured kernels, the error of the estimate `score` prints.
+    measured kernels, the error of the estimate `score` prints. Where the
+    records carry measure's `noise`, a noise% column gives the median of it
+    over the program's kernels >= --min-us: the spread of their timed
+    samples, a floor under which no MAPE can be judged.
 
     Tile task (records with a config, several per (program, kernel)):
     Tile-Size APE (the paper's eq. 2: 100 * sum over kernels of
