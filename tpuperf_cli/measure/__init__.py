@@ -55,6 +55,7 @@ class MeasureSession:
         self.retry_errors = retry_errors
         self.warn = warn
         self._memo = {}  # kernel key -> result, for this run (even without a cache)
+        self._seen = set()  # kernel keys of the records handled so far
         self.timed = 0
         self.from_cache = 0
         self.repeated = 0
@@ -100,11 +101,10 @@ class MeasureSession:
             for key, result in zip(todo, results):
                 self._store(key, _as_row(result))
             self.timed += len(todo)
-        counted = set()
         for record, key in keyed:
-            if key in counted:
+            if key in self._seen:
                 self.repeated += 1
-            counted.add(key)
+            self._seen.add(key)
             self._apply(record, self._memo[key])
         return [record for record, _ in keyed]
 
