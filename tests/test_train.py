@@ -322,6 +322,40 @@ def test_resume_can_add_epochs_and_change_patience(shards, tmp_path):
     assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(1e-3)
 
 
+class _Planted:
+    """Pickles to a call of os.system: what a planted resume file could run."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+@pytest.mark.parametrize("content", ["planted", "corrupt"])
+def test_resume_reads_its_state_as_plain_data_only(shards, tmp_path, content):
+    import pickle
+
+    from tpuperf_cli.commands.train import cli
+
+    out = tmp_path / "m.pt"
+    ran = tmp_path / "code-ran"
+    resume_file = tmp_path / "m.pt.resume"
+    if content == "planted":
+        resume_file.write_bytes(pickle.dumps({"epoch": 1, "x": _Planted(ran)}))
+    else:
+        resume_file.write_bytes(b"PK\x03\x04 not a zip at all")
+    res = CliRunner().invoke(cli, ["--data", str(shards / "*.zst"), "--out", str(out), "--resume",
+                                   "--epochs", "2", "--threads", "1"])
+    from tpuperf_cli.errors import TpuperfError
+
+    # CliRunner hands the error over as it is; the tools print it as one line
+    assert isinstance(res.exception, TpuperfError), res.output
+    message = str(res.exception)
+    assert "is not a training state" in message and "\n" not in message
+    assert "arbitrary code" not in message and not ran.exists()
+
+
 def test_extended_run_resumes_exactly_too(shards, tmp_path):
     import shutil
 

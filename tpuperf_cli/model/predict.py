@@ -261,7 +261,7 @@ def read_model_file(path: str) -> dict:
     try:
         d = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many kinds on foreign or corrupt files
-        raise TpuperfError(f"model {path}: not a tpuperf model file ({_load_error(e)}); "
+        raise TpuperfError(f"model {path}: not a tpuperf model file ({load_error(e)}); "
                            f"make one with `tpuperf train`") from None
     return check_model_dict(d, path)
 
@@ -285,7 +285,7 @@ def check_model_dict(d: object, path: str) -> dict:
     return d
 
 
-def _load_error(e):
+def load_error(e: BaseException) -> str:
     """What torch.load's exception says, in a few words, without torch's
     advice to load the file unsafely (weights_only=False could run code)."""
     text = " ".join(str(e).split())

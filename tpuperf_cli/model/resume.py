@@ -65,7 +65,16 @@ def load_state(out: str | os.PathLike, opts: TrainOptions, net: NetConfig | None
     if not os.path.exists(path):
         raise TpuperfError(f"--resume: no {path} to resume from (a finished run leaves "
                            f"none; start again without --resume)")
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        # plain data only: a planted file must not run code (weights_only=False would)
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or not {"epoch", "opts", "net", "weights"} <= set(state):
+            raise ValueError("not a training state")
+    except Exception as e:
+        from tpuperf_cli.model.predict import load_error
+
+        raise TpuperfError(f"--resume: {path} is not a training state tpuperf can read as plain "
+                           f"data ({load_error(e)}); delete it and train again without --resume") from None
     opts, net_cfg, changed = resume_options(state["opts"], state["net"], opts, net, given)
     if state["epoch"] >= opts.epochs:
         raise TpuperfError(f"--resume: {out} has run {state['epoch']} epochs, all of its "
@@ -112,10 +121,31 @@ def snapshot(run: TrainingRun, elapsed: float) -> dict:
 
     import torch
 
-    return {"epoch": run.epoch, "weights": run.net.state_dict(),
+    return _plain_state({"epoch": run.epoch, "weights": run.net.state_dict(),
             "ema_weights": run.ema_net.state_dict() if run.ema_net is not None else None,
             "step": run.step, "optimizer": run.optim.state_dict(),
             "scheduler": run.sched.state_dict(), "rng": run.rng.bit_generator.state,
             "torch_rng": torch.get_rng_state(), "best": run.best, "best_epoch": run.best_epoch,
             "bad": run.bad, "history": run.history, "opts": asdict(run.opts), "net": asdict(run.net_cfg),
-            "scaling": run.scaler.to_dict(), "seconds": elapsed, "name": run.name_written}
+            "scaling": run.scaler.to_dict(), "seconds": elapsed, "name": run.name_written})
+
+
+def _plain_state(value):
+    """value with numpy scalars made Python numbers and tuples lists, tensors
+    kept: what torch's weights_only loader reads back."""
+    import numpy as np
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, dict):
+        return {k: _plain_state(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain_state(v) for v in value]
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(value.copy())
+    return value
