@@ -63,12 +63,9 @@ def kind_of(r):
 
 
 def percentile(xs, q):
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+    from tpuperf_cli.measure.device import quantile
+
+    return quantile(xs, q)
 
 
 def band_of(ns):

@@ -262,7 +262,8 @@ def timing_module(text: str, filename: str = "<kernel>") -> str:
             "  ROOT %more = pred[] compare(%i, %n), direction=LT",
             "}", ""]
 
-    sig = _signature([(f"p{k}", p.shape) for k, p in enumerate(params)] + [("n", _S32)], result)
+    sig = _signature([(f"p{k}", p.shape) for k, p in enumerate(params)] +
+                     [("n", Shape("s32", text="s32[]"))], result)
     entry = [f"ENTRY %{names['timing.main']} {sig} {{"]
     for k, p in enumerate(params):
         entry.append(f"  %p{k} = {p.shape.text} parameter({k})")
@@ -286,10 +287,3 @@ def _all_shapes(shape):
     for s in shape.tuple_shapes:
         yield from _all_shapes(s)
 
-
-@dataclasses.dataclass
-class _Scalar:
-    text: str
-
-
-_S32 = _Scalar("s32[]")

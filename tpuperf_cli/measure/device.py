@@ -104,13 +104,19 @@ class Measurement:
     dropped: int = 0
 
 
-def lower_quartile(values: Iterable[float]) -> float:
-    """The 25th percentile, interpolated (numpy's default method)."""
+def quantile(values: Iterable[float], q: float) -> float:
+    """The q-quantile, interpolated (numpy's default method); NaN for none."""
     xs = sorted(values)
-    k = (len(xs) - 1) * 0.25
+    if not xs:
+        return math.nan
+    k = (len(xs) - 1) * q
     lo = int(k)
     hi = min(lo + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def lower_quartile(values: Iterable[float]) -> float:
+    return quantile(values, 0.25)
 
 
 def summarize(samples: Sequence[float], dropped: int = 0) -> Measurement:

@@ -54,6 +54,18 @@ def _first_per_dst(dst, k):
     return keep
 
 
+def set_sequences(b: Batch, rows: list, lengths: np.ndarray) -> None:
+    """The sequence reduction's fields of a batch: rows are each graph's
+    node ids (batch-wide, in topological order, at most max_nodes), lengths
+    their sizes."""
+    b.seq_keep = np.concatenate(rows)
+    b.seq_graph = np.repeat(np.arange(len(rows)), lengths)
+    starts = np.r_[0, np.cumsum(lengths)[:-1]]
+    b.seq_pos = np.arange(b.seq_keep.size) - np.repeat(starts, lengths)
+    b.seq_len = int(lengths.max())
+    b.seq_lengths = lengths
+
+
 def make_batch(examples: Sequence[Example], scaler: Scaler, lut: np.ndarray, neighbors: int = 20,
                sequence: bool = False, max_nodes: int = 512, groups: np.ndarray | None = None) -> Batch:
     """A Batch of examples: features scaled, opcode ids mapped through lut,
@@ -98,12 +110,7 @@ def make_batch(examples: Sequence[Example], scaler: Scaler, lut: np.ndarray, nei
         for i, ex in enumerate(examples):
             order = topological_order(ex)[-max_nodes:]
             rows.append(order + offsets[i])
-        b.seq_keep = np.concatenate(rows)
-        b.seq_graph = np.repeat(np.arange(len(examples)), lengths)
-        starts = np.r_[0, np.cumsum(lengths)[:-1]]
-        b.seq_pos = np.arange(b.seq_keep.size) - np.repeat(starts, lengths)
-        b.seq_len = int(lengths.max())
-        b.seq_lengths = lengths
+        set_sequences(b, rows, lengths)
     rt = np.fromiter((ex.runtime for ex in examples), np.float64, len(examples))
     with np.errstate(invalid="ignore", divide="ignore"):
         b.y = np.where(rt > 0, scaler.target(np.where(rt > 0, rt, 1.0)), np.nan).astype(np.float32)

@@ -123,7 +123,7 @@ def parts_batch(parts: Parts, scaler: Scaler, lut: np.ndarray, neighbors: int, s
     """A data.Batch, as data.make_batch builds it from the same graphs (y,
     noise and group left empty); full_x=False keeps only the node columns of x (the
     kernel and config columns are kernel_x repeated), for NumpyNet."""
-    from tpuperf_cli.model.data import Batch, _first_per_dst
+    from tpuperf_cli.model.data import Batch, _first_per_dst, set_sequences
     from tpuperf_cli.model.examples import Example, topological_order
 
     b = Batch()
@@ -170,12 +170,7 @@ def parts_batch(parts: Parts, scaler: Scaler, lut: np.ndarray, neighbors: int, s
             else:
                 order = np.arange(n)
             rows.append(order[-max_nodes:] + offsets[i])
-        b.seq_keep = np.concatenate(rows)
-        b.seq_graph = np.repeat(np.arange(len(n_nodes)), lengths)
-        starts = np.r_[0, np.cumsum(lengths)[:-1]]
-        b.seq_pos = np.arange(b.seq_keep.size) - np.repeat(starts, lengths)
-        b.seq_len = int(lengths.max())
-        b.seq_lengths = lengths
+        set_sequences(b, rows, lengths)
     b.y = None
     b.noise = None          # measure's noise weighs training losses only
     b.group = None
