@@ -50,6 +50,10 @@ COMPUTATION = "computation"      # the computation the kernel sits in
 KERNEL_FIELDS = (PROGRAM, KERNEL, INDEX, COUNT, COUNT_KNOWN, HLO, OPCODE, FUSION_KIND,
                  FINGERPRINT, COMPUTATION)
 
+# tpuperf generate: where a generated kernel came from (absent on hlo-split's)
+SOURCE = "source"                # "fusions", "sweeps" or "ops" (generate.SOURCES)
+ORIGIN = "origin"                # the program it was drawn from (fusions, sweeps), else absent
+
 # tile-task records (import): one record per tile configuration of a kernel
 CONFIG = "config"                # {BOUND_KEYS...: [ints]}
 CONFIG_INDEX = "config_index"    # the configuration's position among its kernel's

@@ -1,0 +1,61 @@
+"""Generate kernels to measure (the `tpuperf generate` tool's library).
+
+Each source is a module of this package with one function,
+
+    generate(seed: int, programs: Sequence[str], log: Callable[[str], None])
+        -> Iterator[Record]
+
+that yields kernel records (hlo-split's fields, each `hlo` a standalone
+module XLA can compile alone, built with `kernel_record`) forever or until
+it runs out, deterministically for a seed. `programs` are HLO files the
+source may draw from (fusions, sweeps); `log` takes progress lines for
+stderr. The driver (the command) removes duplicates by fingerprint, skips
+--exclude'd ones and stops at --limit, so a source need not.
+
+Records carry SOURCE (the source's name) and, where a kernel was drawn from
+a program, ORIGIN (that program's name): the corpus's splits keep every
+kernel drawn from or swept from a test program out of training.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Sequence
+
+from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.records import ORIGIN, SOURCE, Record
+
+# name -> module of this package holding generate(); one line per source
+SOURCES = {
+    "fusions": "fusions",
+    "sweeps": "sweeps",
+    "ops": "ops",
+}
+
+
+def source(name: str) -> Callable[[int, Sequence[str], Callable[[str], None]], Iterator[Record]]:
+    """The generate function of a source by name."""
+    if name not in SOURCES:
+        raise TpuperfError(f"--source {name}: expected one of {', '.join(SOURCES)}")
+    return importlib.import_module(f"{__name__}.{SOURCES[name]}").generate
+
+
+def kernel_record(text: str, *, source: str, program: str, origin: str | None = None,
+                  name: str = "<generated>") -> Record:
+    """The kernel record of a standalone module holding one kernel, as
+    hlo-split would write it had the module been a program (its `hlo` is
+    hlo-split's normalized standalone module, its fingerprint hlo-split's).
+    Raises TpuperfError when the text does not parse or does not hold
+    exactly one kernel."""
+    from tpuperf_cli.hlo.parser import parse_module
+    from tpuperf_cli.hlo.split import kernel_records
+
+    module = parse_module(text, name)
+    records = list(kernel_records(module, program=program))
+    if len(records) != 1:
+        raise TpuperfError(f"{name}: holds {len(records)} kernels, not one")
+    record = records[0]
+    record[SOURCE] = source
+    if origin is not None:
+        record[ORIGIN] = origin
+    return record
