@@ -306,10 +306,58 @@ def test_batch_measures_each_kernel_and_keeps_errors_in_place(measurer):
     assert isinstance(out[1], MeasureError) and out[1].kind == "compile"
 
 
+def test_a_bundle_runs_only_the_kernel_whose_trip_count_is_set(measurer):
+    """Kernels compiled together: each loop runs its own n trips, so a
+    call with one kernel's n set and the others' 0 times that kernel alone
+    (the others leave their zero-filled output slots untouched)."""
+    import numpy as np
+
+    from tpuperf_cli.hlo.compilable import bundle_module
+
+    negate = ("HloModule a\n\nENTRY %main (p: f32[4]) -> f32[4] {\n"
+              "  %p = f32[4]{0} parameter(0)\n  ROOT %n = f32[4]{0} negate(%p)\n}\n")
+    looped = [measurer.looped(t, prefix=f"k{i}.", as_entry=False)
+              for i, t in enumerate([negate, matmul_hlo(8)])]
+    exe, params = measurer.compile_module(bundle_module(looped))
+    assert [len(lk.params) for lk in looped] == [2, 3] and len(params) == 5
+    x = measurer.client.buffer_from_pyval(np.full(4, 2.0, np.float32), measurer.device)
+    a = measurer.client.buffer_from_pyval(np.ones((8, 8), np.float32), measurer.device)
+
+    def run(n0, n1):
+        n = [measurer.client.buffer_from_pyval(np.int32(v), measurer.device) for v in (n0, n1)]
+        outs = exe.execute_sharded([x, n[0], a, a, n[1]], with_tokens=True)
+        return [np.asarray(o[0]) for o in outs.disassemble_into_single_device_arrays()]
+
+    first, second = run(3, 0)
+    assert (first == -2.0).all() and (second == 0).all()
+    first, second = run(0, 1)
+    assert (first == 0).all() and (second == 8.0).all()
+
+
+def test_bundled_kernels_get_their_own_results_and_errors():
+    """Kernels measured in one bundle: a kernel that does not compile sends
+    the bundle back to one-by-one compiles, and keeps its error in place."""
+    from tpuperf_cli.measure.device import MeasureError, Measurer
+
+    m = Measurer("cpu", samples=3, min_time=0.0002, bundle=16)
+    compiled = []
+    real = m.compile_module
+    m.compile_module = lambda text: compiled.append(text.count("timing.main (")) or real(text)
+    out = m.measure_many([matmul_hlo(16), matmul_hlo(96), FUSION])
+    assert compiled == [3]  # one executable for the three
+    assert all(o.runtime_ns > 0 for o in out)
+    assert out[1].runtime_ns > out[0].runtime_ns  # 216x the flops
+    compiled.clear()
+    out = m.measure_many([matmul_hlo(16), CUSTOM_CALL, FUSION])
+    assert compiled == [3, 1, 1, 1]  # the bundle failed: one by one
+    assert isinstance(out[1], MeasureError) and out[1].kind == "compile"
+    assert out[0].runtime_ns > 0 and out[2].runtime_ns > 0
+
+
 def test_samples_at_the_fixed_cost_are_an_error_not_a_zero(measurer):
     from tpuperf_cli.measure.device import MeasureError, _Timed
 
-    timed = _Timed(measurer, None, [], 0)
+    timed = _Timed(measurer, None, [], [], [])
     timed.samples = [(0.0, True)] * 5 + [(120.0, True)] * 10
     with pytest.raises(MeasureError) as e:
         timed.result()

@@ -171,8 +171,14 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
     dimension, so every gather, scatter and dynamic-slice stays in bounds),
     booleans random.
 
-    Kernels are timed --batch at a time: each is compiled and calibrated,
-    then the samples are taken in rounds across the batch, so that a burst
+    Kernels are timed --batch at a time. They are compiled up to 16 to an
+    executable, each in its own loop with its own n (a call gives one
+    kernel n trips and the others none): XLA's fixed cost per executable,
+    a third or more of a small kernel's compile time on XLA:CPU, is paid
+    once per 16 (a kernel that fails sends its executable's kernels back
+    to one-by-one compiles, so each failure stays its own). Each kernel is
+    calibrated, then the samples are taken in rounds across the batch, so
+    that a burst
     of interference from other processes hits one sample of many kernels
     rather than every sample of one. On CPU, a sample during which the
     measuring thread was switched out (its context-switch count moved) is

@@ -29,6 +29,7 @@ neither Python nor the PJRT dispatch in it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from tpuperf_cli.hlo.ir import Instruction, Shape
 from tpuperf_cli.hlo.parser import parse_module
@@ -220,18 +221,37 @@ def _fresh(name, taken):
     return name
 
 
-def timing_module(text: str, filename: str = "<kernel>") -> str:
+@dataclasses.dataclass
+class Looped:
+    """A kernel inside its timing loop, as computations to print into a
+    module: `lines` (its computations, the loop's entry last, printed as a
+    plain computation named `entry` unless it is the module's ENTRY),
+    `params` (the kernel's parameter shapes, then n: s32[]) and `result`."""
+
+    lines: list[str]
+    entry: str
+    params: list[Shape]
+    result: Shape
+
+
+def looped_kernel(text: str, filename: str = "<kernel>", prefix: str = "",
+                  as_entry: bool = True) -> Looped:
     """The kernel inside a loop that runs it `n` times (see the module
-    docstring). The ENTRY takes the kernel's parameters, in order, then
-    `n: s32[]`, and returns the kernel's result. Raises ParseError on bad
-    text, ValueError for a kernel whose result holds a token."""
+    docstring), every computation's name prefixed by `prefix` (to put
+    several kernels in one module). Raises ParseError on bad text,
+    ValueError for a kernel whose result holds a token."""
     module, instructions, kept, taken = _compilable_parts(text, filename)
     names = {n: n for n in _LOOP_NAMES}
     for n in names:
         while names[n] in module.computations:
             names[n] += "_"
+    names = {k: prefix + v for k, v in names.items()}
+
+    def cname(name):
+        return prefix + name
+
     kernel = dataclasses.replace(module.entry, instructions=instructions)
-    kernel = dataclasses.replace(kernel, name=names["timing.kernel"],
+    kernel = dataclasses.replace(kernel, name=names["timing.kernel"][len(prefix):],
                                  instructions=_flat_io(kernel, taken))
     params = kernel.parameters
     result = kernel.root.shape
@@ -262,9 +282,9 @@ def timing_module(text: str, filename: str = "<kernel>") -> str:
             "  ROOT %more = pred[] compare(%i, %n), direction=LT",
             "}", ""]
 
-    sig = _signature([(f"p{k}", p.shape) for k, p in enumerate(params)] +
-                     [("n", Shape("s32", text="s32[]"))], result)
-    entry = [f"ENTRY %{names['timing.main']} {sig} {{"]
+    trips = Shape("s32", text="s32[]")
+    sig = _signature([(f"p{k}", p.shape) for k, p in enumerate(params)] + [("n", trips)], result)
+    entry = [f"{'ENTRY ' if as_entry else ''}%{names['timing.main']} {sig} {{"]
     for k, p in enumerate(params):
         entry.append(f"  %p{k} = {p.shape.text} parameter({k})")
     entry.append(f"  %n = s32[] parameter({len(params)})")
@@ -277,9 +297,52 @@ def timing_module(text: str, filename: str = "<kernel>") -> str:
               f"  ROOT %out = {result.text} get-tuple-element(%w), index={out_index}",
               "}", ""]
 
-    out = [f"HloModule {module.name}", ""] + _print_kept(module, kept)
-    out += [_print_computation(kernel, _same, False), ""]
-    return "\n".join(out + body + cond + entry)
+    out = []
+    for name in kept:
+        comp = module.computations[name]
+        plain = dataclasses.replace(comp, instructions=[_plain(i) for i in comp.instructions])
+        out += [_print_computation(plain, cname, False), ""]
+    out += [_print_computation(kernel, cname, False), ""]
+    return Looped(out + body + cond + entry, names["timing.main"],
+                  [p.shape for p in params] + [trips], result)
+
+
+def timing_module(text: str, filename: str = "<kernel>") -> str:
+    """The kernel inside a loop that runs it `n` times (see the module
+    docstring). The ENTRY takes the kernel's parameters, in order, then
+    `n: s32[]`, and returns the kernel's result. Raises ParseError on bad
+    text, ValueError for a kernel whose result holds a token."""
+    module_name = parse_module(text, filename).name
+    return "\n".join([f"HloModule {module_name}", ""] + looped_kernel(text, filename).lines)
+
+
+def bundle_module(kernels: Sequence[Looped]) -> str:
+    """One module holding several looped kernels (made by looped_kernel
+    with distinct prefixes and as_entry=False): its ENTRY takes every
+    kernel's parameters and trip count in turn and returns a tuple of their
+    results. Each kernel's loop runs its own n trips, so a call with one
+    kernel's n > 0 and the others' 0 times that kernel alone; compiling
+    many kernels in one executable pays XLA's per-executable cost once."""
+    lines = ["HloModule bundle", ""]
+    entry, calls, results = [], [], []
+    at = 0
+    for k, looped in enumerate(kernels):
+        lines += looped.lines
+        args = []
+        for shape in looped.params:
+            entry.append(f"  %q{at} = {shape.text} parameter({at})")
+            args.append(f"%q{at}")
+            at += 1
+        calls.append(f"  %c{k} = {looped.result.text} call({', '.join(args)}), "
+                     f"to_apply=%{looped.entry}")
+        results.append(looped.result)
+    out = "(" + ", ".join(r.text for r in results) + ")"
+    params = [(f"q{i}", s) for i, s in enumerate(s for lk in kernels for s in lk.params)]
+    lines.append(f"ENTRY %bundle.main {_signature(params, Shape('tuple', text=out))} {{")
+    lines += entry + calls
+    lines += [f"  ROOT %all = {out} tuple({', '.join(f'%c{k}' for k in range(len(kernels)))})",
+              "}", ""]
+    return "\n".join(lines)
 
 
 def _all_shapes(shape):

@@ -6,7 +6,9 @@ From HLO text to a number, the same for every backend:
    runs it `n` times in one executable call (`n` a parameter), its output
    written into the same warm buffer every trip;
 2. jaxlib parses that module, converts it to StableHLO and compiles it for
-   one device (`client.compile_and_load`);
+   one device (`client.compile_and_load`); up to BUNDLE kernels are
+   compiled into one executable, each in its own loop with its own `n`
+   (`hlo.compilable.bundle_module`), to pay XLA's per-executable cost once;
 3. inputs of the parameters' shapes and dtypes are put on the device once;
 4. after a warm-up call, the call with `n = 0` gives the fixed cost of a
    call (dispatch, the loop's set-up), and `n` grows until a call takes at
@@ -51,6 +53,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from tpuperf_cli.errors import ParseError
 
 from .target import describe, target_key
@@ -76,6 +80,13 @@ MAX_TRIPS = 1 << 24
 # The inputs of the kernels of one round live on the device together: past
 # this many bytes a batch is timed in several rounds-groups.
 BATCH_BYTES = 1 << 30
+# Kernels compiled into one executable, each in its own loop: XLA's cost per
+# executable (a third or more of a small kernel's compile time on XLA:CPU)
+# is paid once per bundle. Every call zero-fills the output slot of every
+# kernel of the bundle, a fixed cost that the sample subtracts but whose
+# jitter it keeps: the outputs of a bundle are kept small.
+BUNDLE = 16
+BUNDLE_OUTPUT_BYTES = 1 << 20
 
 
 class MeasureError(Exception):
@@ -207,13 +218,15 @@ def _switches():
 
 
 class _Timed:
-    """One compiled kernel with its inputs, ready to sample."""
+    """One compiled kernel with its inputs, ready to sample. In a bundle,
+    the executable's other kernels get their inputs and n = 0 (before and
+    after: their arguments, in parameter order)."""
 
-    def __init__(self, measurer, exe, args, input_bytes):
+    def __init__(self, measurer, exe, before, args, after):
         self.m = measurer
         self.exe = exe
-        self.args = args
-        self.input_bytes = input_bytes
+        self.before, self.args, self.after = before, args, after
+        self.input_bytes = sum(a.nbytes for a in args)
         self._trips = {}
         self.samples = []
         self.dropped = 0
@@ -221,11 +234,9 @@ class _Timed:
     def call(self, n):
         """One call running the kernel n times; returns when it is done."""
         if n not in self._trips:
-            import numpy as np
-
             self._trips[n] = self.m.client.buffer_from_pyval(np.int32(n), self.m.device)
-        self.exe.execute_sharded(self.args + [self._trips[n]], with_tokens=True) \
-            .consume_token().block_until_ready()
+        self.exe.execute_sharded(self.before + self.args + [self._trips[n]] + self.after,
+                                 with_tokens=True).consume_token().block_until_ready()
 
     def _time(self, n):
         clock = self.m.clock_fn
@@ -282,7 +293,7 @@ class Measurer:
     """
 
     def __init__(self, backend: str | None = None, samples: int = 15, min_time: float = 0.0005,
-                 seed: int = 0, clock: str = "auto"):
+                 seed: int = 0, clock: str = "auto", bundle: int = BUNDLE):
         import jax
 
         if samples < 1:
@@ -294,6 +305,7 @@ class Measurer:
         self.device = jax.devices(self.backend)[0]
         self.client = self.device.client
         self.samples = samples
+        self.bundle = max(1, int(bundle))
         self.min_time = float(min_time)
         self.seed = seed
         if clock == "auto":
@@ -315,31 +327,41 @@ class Measurer:
         self.key = target_key(self.target)
 
     # ------------------------------------------------------------ compile
-    def compile(self, text: str) -> tuple[Any, list]:
-        """Parse, wrap in the timing loop and compile one kernel module;
-        returns (executable, parameter shapes), the last parameter being
-        the trip count."""
-        from jax._src.lib import xla_client as xc
-
-        from tpuperf_cli.hlo.compilable import timing_module
+    def looped(self, text: str, prefix: str = "", as_entry: bool = True):
+        """The kernel inside its timing loop (hlo.compilable.Looped);
+        MeasureError for a kernel that cannot be looped."""
+        from tpuperf_cli.hlo.compilable import looped_kernel
 
         coll = _collectives(text)
         if coll:
             raise MeasureError("collective", f"{', '.join(coll)} needs other devices or a host "
                                              f"peer; cannot run alone on one device")
         try:
-            looped = timing_module(text)
+            return looped_kernel(text, prefix=prefix, as_entry=as_entry)
         except ParseError as e:
             raise MeasureError("parse", str(e)) from None
         except ValueError as e:
             raise MeasureError("unsupported", str(e)) from None
+
+    def compile(self, text: str) -> tuple[Any, list]:
+        """Parse, wrap in the timing loop and compile one kernel module;
+        returns (executable, parameter shapes), the last parameter being
+        the trip count."""
+        looped = self.looped(text)
+        return self.compile_module("\n".join(["HloModule timing", ""] + looped.lines))
+
+    def compile_module(self, looped: str) -> tuple[Any, list]:
+        """Compile a module of looped kernels (one, or a bundle); returns
+        (executable, parameter shapes)."""
+        from jax._src.lib import xla_client as xc
+
         try:
             module = xc._xla.hlo_module_from_text(looped)
         except Exception as e:
             raise MeasureError("parse", error_text(e)) from None
         comp = xc.XlaComputation(module.as_serialized_hlo_module_proto())
         params = comp.program_shape().parameter_shapes()
-        for i, s in enumerate(params[:-1]):
+        for i, s in enumerate(params):
             if s.is_tuple():
                 raise MeasureError("unsupported", f"parameter {i} is a tuple ({s}); "
                                                   f"only array parameters can be fed")
@@ -361,8 +383,6 @@ class Measurer:
     # ------------------------------------------------------------ inputs
     def inputs(self, params: Sequence[Any]) -> list:
         """Device arrays for the parameter shapes (see the module docstring)."""
-        import numpy as np
-
         rng = np.random.default_rng(self.seed)
         arrays = []
         for s in params:
@@ -388,37 +408,100 @@ class Measurer:
 
     # ------------------------------------------------------------ timing
     def _prepare(self, text):
+        """One kernel compiled alone, with its inputs, calibrated."""
         exe, params = self.compile(text)
+        return self._ready(exe, [(0, params[:-1])])[0]
+
+    def _ready(self, exe, kernels):
+        """A calibrated _Timed for each kernel of an executable: kernels are
+        (position of its first parameter, its parameter shapes but n), the
+        n of each following its parameters."""
+        inputs = [self._inputs(shapes) for _, shapes in kernels]
+        zero = self.client.buffer_from_pyval(np.int32(0), self.device)
+        timed = []
+        for k, (start, shapes) in enumerate(kernels):
+            before = [a for j in range(k) for a in inputs[j] + [zero]]
+            after = [a for j in range(k + 1, len(kernels)) for a in inputs[j] + [zero]]
+            t = _Timed(self, exe, before, inputs[k], after)
+            try:
+                t.calibrate()
+            except Exception as e:
+                raise MeasureError("run", error_text(e)) from None
+            timed.append(t)
+        return timed
+
+    def _inputs(self, shapes):
         try:
-            args = self.inputs(params[:-1])
+            return self.inputs(shapes)
         except MeasureError:
             raise
         except Exception as e:
             raise MeasureError("inputs", error_text(e)) from None
-        timed = _Timed(self, exe, args, sum(a.nbytes for a in args))
-        try:
-            timed.calibrate()
-        except Exception as e:
-            raise MeasureError("run", error_text(e)) from None
-        return timed
 
-    def measure_many(self, texts: Sequence[str]) -> list[Measurement | MeasureError]:
-        """A Measurement or a MeasureError for each kernel text, in order.
-        The kernels are compiled and calibrated one by one, then sampled in
-        `samples` rounds across all of them."""
-        results = [None] * len(texts)
-        group, group_bytes = [], 0
+    def _prepare_bundle(self, bundle):
+        """(index, _Timed or MeasureError) for each (index, text, Looped) of
+        a bundle compiled as one executable; if the bundle does not compile
+        (or a kernel of it fails), its kernels are prepared one by one, so
+        that each failure is its own."""
+        from tpuperf_cli.hlo.compilable import bundle_module
+
+        if len(bundle) > 1:
+            try:
+                exe, params = self.compile_module(bundle_module([lk for _, _, lk in bundle]))
+                kernels, at = [], 0
+                for _, _, lk in bundle:
+                    kernels.append((at, params[at:at + len(lk.params) - 1]))
+                    at += len(lk.params)
+                return list(zip((i for i, _, _ in bundle), self._ready(exe, kernels)))
+            except MeasureError:
+                pass
+        out = []
+        for i, text, _ in bundle:
+            try:
+                out.append((i, self._prepare(text)))
+            except MeasureError as e:
+                out.append((i, e))
+            except Exception as e:  # anything else is this kernel's problem too
+                out.append((i, MeasureError("run", error_text(e))))
+        return out
+
+    def _bundles(self, texts, results):
+        """Lists of (index, text, Looped) to compile together: up to
+        `bundle` kernels whose outputs (zero-filled by every call, for every
+        kernel of the bundle) take at most BUNDLE_OUTPUT_BYTES. A kernel
+        that cannot be looped gets its error in results."""
+        bundle, out_bytes = [], 0
         for i, text in enumerate(texts):
             try:
-                timed = self._prepare(text)
+                lk = self.looped(text, prefix=f"k{i}.", as_entry=False)
             except MeasureError as e:
                 results[i] = e
                 continue
-            except Exception as e:  # anything else is this kernel's problem too
-                results[i] = MeasureError("run", error_text(e))
+            except Exception as e:
+                results[i] = MeasureError("parse", error_text(e))
                 continue
-            group.append((i, timed))
-            group_bytes += timed.input_bytes
+            size = sum(leaf.byte_size() for leaf in lk.result.leaves())
+            if bundle and (len(bundle) >= self.bundle or out_bytes + size > BUNDLE_OUTPUT_BYTES):
+                yield bundle
+                bundle, out_bytes = [], 0
+            bundle.append((i, text, lk))
+            out_bytes += size
+        if bundle:
+            yield bundle
+
+    def measure_many(self, texts: Sequence[str]) -> list[Measurement | MeasureError]:
+        """A Measurement or a MeasureError for each kernel text, in order.
+        The kernels are compiled (in bundles) and calibrated, then sampled
+        in `samples` rounds across all of them."""
+        results = [None] * len(texts)
+        group, group_bytes = [], 0
+        for bundle in self._bundles(texts, results):
+            for i, timed in self._prepare_bundle(bundle):
+                if isinstance(timed, MeasureError):
+                    results[i] = timed
+                    continue
+                group.append((i, timed))
+                group_bytes += timed.input_bytes
             if group_bytes > BATCH_BYTES:
                 self._rounds(group, results)
                 group, group_bytes = [], 0
