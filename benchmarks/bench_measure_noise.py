@@ -164,8 +164,16 @@ def main():
         rb, _, rsec_b, _ = run_measure(kernels[::-1], [], args.reference)
         rerr = [abs(ra[k] - rb[k]) / min(ra[k], rb[k]) for k in ra if k in rb and
                 min(ra[k], rb[k]) > 0]
+        # the two methods against each other: agreement, and the bias of
+        # this one (median of this / reference over both runs' means)
+        both = [k for k in a if k in b and k in ra and k in rb and min(a[k], b[k], ra[k], rb[k]) > 0]
+        mine = {k: (a[k] + b[k]) / 2 for k in both}
+        theirs = {k: (ra[k] + rb[k]) / 2 for k in both}
+        cross = [abs(mine[k] - theirs[k]) / min(mine[k], theirs[k]) for k in both]
         reference = {"median": percentile(rerr, .5), "p90": percentile(rerr, .9),
                      "max_ratio": 1 + max(rerr),
+                     "cross_median": percentile(cross, .5), "cross_p90": percentile(cross, .9),
+                     "bias": statistics.median(mine[k] / theirs[k] for k in both),
                      "seconds_per_kernel": (rsec_a + rsec_b) / 2 / len(kernels)}
     rows = []
     for r in kernels:
@@ -192,6 +200,9 @@ def main():
               f"{reference['max_ratio']:.2f}x; {reference['seconds_per_kernel']:.3f} s per kernel: "
               f"this measure takes {(sec_a + sec_b) / 2 / len(kernels) / reference['seconds_per_kernel']:.2f}x "
               f"its time")
+        print(f"this method against the reference (means of two runs each): error median "
+              f"{reference['cross_median']:.1%}, p90 {reference['cross_p90']:.1%}; median ratio "
+              f"this/reference {reference['bias']:.3f}")
     print()
     print(f"pairwise error |a-b|/min(a,b): median {percentile(errs, .5):.1%}, "
           f"p90 {percentile(errs, .9):.1%}, max {1 + max(errs):.2f}x; "

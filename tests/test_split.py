@@ -148,3 +148,14 @@ def test_records_command_writes_one_file_per_set(tmp_path):
         [x["config_index"] for x in test]
     r = CliRunner().invoke(cli, ["records", src, "-o", "no-template.msgpack"])
     assert r.exit_code == 2 and "needs one {}" in r.output
+
+
+def test_split_lists_take_patterns_for_generated_programs():
+    from tpuperf_cli.split import ProgramSet, records_of
+
+    train = ProgramSet(["cnn_s_train", "ops:*", "fusions:cnn_*"])
+    assert "cnn_s_train" in train and "ops:dot" in train and "fusions:cnn_m_train" in train
+    assert "fusions:gpt_s_train" not in train and "cnn_m_train" not in train
+    recs = [{"program": p} for p in ("ops:fft", "gpt_s_train", "cnn_s_train")]
+    assert [r["program"] for r in records_of(recs, train)] == ["ops:fft", "cnn_s_train"]
+    assert not ProgramSet([]) and len(train) == 3

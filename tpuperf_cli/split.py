@@ -1,7 +1,8 @@
 """Train/valid/test splits: of programs into a split file, and of tile records.
 
 A split file is JSON {"train": [...], "valid": [...], "test": [...]} of
-program names; `tpuperf train --split`, `tpuperf baseline fit --split` and
+program names (or shell patterns such as "ops:*", for the pseudo-programs
+of generated kernels); `tpuperf train --split`, `tpuperf baseline fit --split` and
 `tpuperf eval --split` read it. Programs are split whole (random with a
 seed, by name pattern, or by family: a regular expression maps each program
 name to a family and whole families go to one side, so a test family is
@@ -44,9 +45,37 @@ def load_split(path):
     return {k: [str(p) for p in d.get(k) or []] for k in SETS}
 
 
+class ProgramSet:
+    """The programs of a split list: names, and shell patterns (an entry
+    with * ? or [, e.g. "ops:*" for every kernel `tpuperf generate --source
+    ops` wrote: its records' program is "ops:OPCODE"). `name in set`."""
+
+    def __init__(self, entries):
+        entries = [str(e) for e in entries]
+        self.names = {e for e in entries if not glob.has_magic(e)}
+        self.patterns = [e for e in entries if glob.has_magic(e)]
+        self._seen = {}
+
+    def __contains__(self, name):
+        if name in self.names:
+            return True
+        if not self.patterns:
+            return False
+        hit = self._seen.get(name)
+        if hit is None:
+            hit = self._seen[name] = any(fnmatch.fnmatchcase(name, p) for p in self.patterns)
+        return hit
+
+    def __bool__(self):
+        return bool(self.names or self.patterns)
+
+    def __len__(self):
+        return len(self.names) + len(self.patterns)
+
+
 def split_programs(path, which):
-    """The set of program names of one list of a split file."""
-    names = set(load_split(path)[which])
+    """The programs of one list of a split file (a ProgramSet)."""
+    names = ProgramSet(load_split(path)[which])
     if not names:
         raise TpuperfError(f"--split {path}: its {which!r} list is empty")
     return names

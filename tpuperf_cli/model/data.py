@@ -26,6 +26,7 @@ import numpy as np
 from tpuperf_cli.errors import StreamError, TpuperfError
 from tpuperf_cli.model.examples import Example, Scaler, example, kernel_features_error, slog, topological_order
 from tpuperf_cli.records import NODE_FEATURES, PROGRAM, RUNTIME_NS, TARGET, locate, target_identity
+from tpuperf_cli.split import ProgramSet
 from tpuperf_cli.stream import read_records
 
 # ---------------------------------------------------------------- batches
@@ -152,7 +153,7 @@ class Corpus:
     def __init__(self, paths: Iterable[str], programs: Iterable[str] | None = None, task: str = "fusion",
                  memory_mb: float = 2048, configs: int = 16, interleave: int = 4, shuffle_items: int = 4096):
         self.paths = list(paths)
-        self.programs = set(programs) if programs is not None else None
+        self.programs = ProgramSet(programs) if programs is not None else None
         self.task = task
         self.budget = int(memory_mb * (1 << 20))
         self.configs = configs
