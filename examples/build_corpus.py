@@ -20,14 +20,35 @@ cache (--cache-dir, default examples/corpus/.cache, gitignored) holds every
 measurement and makes an interrupted build resume where it stopped. Every
 program's shard keeps all its kernels, repeated ones included.
 
+Generated kernels (`tpuperf generate`, the data engine) join them: the
+`generate` step writes, for each source in turn (ops, fusions, sweeps),
+
+    tpuperf generate --source S --seed SEED --limit N [programs]
+        --exclude <every kernel shard so far>                 ->  .work/S.zst
+    measure --jobs J (chunks of CHUNK kernels)                ->  generated/S-NNN.zst
+    featurize                                                 ->  graphs/generated/S-NNN.zst
+
+fusions and sweeps draw only from programs in the "train" list of every
+split file (split.train_in_all), so nothing made from a valid or test
+program enters training; the split files' train lists hold "ops:*",
+"fusions:*" and "sweeps:*", the pseudo-programs of generated records
+(program "ops:OPCODE", "fusions:ORIGIN", "sweeps:SWEPT"). Every kernel
+already in a shard (the programs' too) is excluded, so a generated kernel
+is never a test program's kernel either. Chunks already measured are kept;
+an interrupted chunk resumes from measure's cache.
+
 Layout of examples/corpus/ (committed unless said):
     manifest.json     what was built: target machine, options, per-program
                       kernel counts, totals, failures, sizes, timings
     kernels/P.zst     kernel records + runtimes, one shard per program
+    generated/S-NNN.zst  generated kernels + runtimes, CHUNK per shard
     graphs/P.zst      graph records + runtimes, one shard per program
+    graphs/generated/ graph shards of the generated kernels (gitignored:
+                      `build_corpus.py featurize` rebuilds them)
                       (committed when all graph shards fit in 30 MB;
                       otherwise gitignored and rebuilt with `featurize`)
     .cache/           measure's sqlite cache (gitignored)
+    .work/            generate's unmeasured output (gitignored)
 
 Splits: examples/splits/random.json and examples/splits/manual.json (written
 by examples/make_programs.py) split the programs, never kernels, into
@@ -62,7 +83,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 CORPUS = HERE / "corpus"
+GENERATED = CORPUS / "generated"
+WORK = CORPUS / ".work"
 GRAPH_LIMIT = 30 * 1024 * 1024
+# kernels per measured shard of generated kernels
+CHUNK = 4000
+# how many kernels each source adds (--plan overrides): with the programs'
+# 6,835, over 100,000 distinct
+PLAN = {"ops": 50000, "fusions": 30000, "sweeps": 25000}
+SOURCES = tuple(PLAN)
 
 
 def tool(name):
@@ -85,8 +114,10 @@ def load_programs(only=None):
     return programs
 
 
-def _write_atomic(records_pipe, dest):
-    """Copy a record stream (a pipe) into dest (.zst), atomically."""
+def _write_atomic(records_pipe, dest, compact=False):
+    """Copy a record stream (a pipe) into dest (.zst), atomically. compact:
+    samples rounded to whole nanoseconds (msgpack then stores small ints,
+    not 9-byte floats: most of a compressed kernel record otherwise)."""
     sys.path.insert(0, str(ROOT))
     from tpuperf_cli.stream import RecordWriter, read_records
 
@@ -94,6 +125,8 @@ def _write_atomic(records_pipe, dest):
     n = 0
     with RecordWriter(str(tmp), compress=True) as w:
         for r in read_records(records_pipe, name=str(dest)):
+            if compact and isinstance(r.get("runs"), list):
+                r["runs"] = [round(x) for x in r["runs"]]
             w.write(r)
             n += 1
     os.replace(tmp, dest)
@@ -136,7 +169,7 @@ def seed_cache(cache_dir):
     cache = Cache(str(cache_dir))
     added = 0
     try:
-        for shard in sorted((CORPUS / "kernels").glob("*.zst")):
+        for shard in sorted((CORPUS / "kernels").glob("*.zst")) + sorted(GENERATED.glob("*.zst")):
             for r in read_records(str(shard)):
                 if "runtime_ns" not in r or not r.get("target") or not r.get("fingerprint"):
                     continue
@@ -152,6 +185,94 @@ def seed_cache(cache_dir):
         cache.close()
     if added:
         log(f"cache: {added} runtimes taken from the committed kernel shards")
+
+
+def _splits():
+    return sorted(str(p) for p in (HERE / "splits").glob("*.json"))
+
+
+def draw_from():
+    """The example programs generators may draw from: in the train list of
+    every split file."""
+    sys.path.insert(0, str(ROOT))
+    from tpuperf_cli.split import train_in_all
+
+    return [p for p in train_in_all(_splits()) if ":" not in p and "*" not in p]
+
+
+def generated_chunks(source):
+    return sorted(GENERATED.glob(f"{source}-*.zst"))
+
+
+def generate_source(source, limit, args):
+    """Write .work/SOURCE.zst (unmeasured kernel records) unless there."""
+    dest = WORK / f"{source}.zst"
+    if dest.exists():
+        return dest
+    WORK.mkdir(parents=True, exist_ok=True)
+    cmd = tool("generate") + ["--source", source, "--seed", str(args.seed), "--limit", str(limit),
+                              "-o", str(dest.with_suffix(".tmp.zst"))]
+    if source in ("fusions", "sweeps"):
+        cmd += [str(HERE / "hlo" / f"{p}.hlo") for p in draw_from()]
+    shards = sorted((CORPUS / "kernels").glob("*.zst"))
+    shards += [c for s in SOURCES if s != source for c in generated_chunks(s)]
+    shards += [WORK / f"{s}.zst" for s in SOURCES if s != source and (WORK / f"{s}.zst").exists()]
+    for shard in shards:
+        cmd += ["--exclude", str(shard)]
+    t0 = time.time()
+    log(f"generate {source}: {limit} kernels")
+    if subprocess.run(cmd).returncode != 0:
+        raise SystemExit(f"build_corpus: tpuperf generate --source {source} failed")
+    os.replace(dest.with_suffix(".tmp.zst"), dest)
+    log(f"generate {source}: done in {time.time() - t0:.0f}s")
+    return dest
+
+
+def measure_generated(source, args):
+    """Measure .work/SOURCE.zst in chunks into generated/SOURCE-NNN.zst;
+    returns the seconds spent timing."""
+    sys.path.insert(0, str(ROOT))
+    from tpuperf_cli.stream import RecordWriter, read_records
+
+    GENERATED.mkdir(parents=True, exist_ok=True)
+    records = list(read_records(str(WORK / f"{source}.zst")))
+    spent = 0.0
+    for k in range(0, len(records), CHUNK):
+        dest = GENERATED / f"{source}-{k // CHUNK:03d}.zst"
+        if dest.exists() and not args.force:
+            continue
+        chunk = WORK / f"{source}-{k // CHUNK:03d}.in.zst"
+        with RecordWriter(str(chunk), compress=True) as w:
+            for r in records[k:k + CHUNK]:
+                w.write(r)
+        t0 = time.time()
+        cmd = tool("measure") + ["--backend", "cpu", "--min-time", args.min_time,
+                                 "--samples", str(args.samples), "--cache-dir", str(args.cache_dir),
+                                 "--cpus", str(args.cpus), "--clock", args.clock, "--no-progress",
+                                 "--jobs", str(args.jobs), str(chunk)]
+        meas = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+        n = _write_atomic(meas.stdout, dest, compact=True)
+        if meas.wait() != 0:
+            dest.unlink(missing_ok=True)
+            raise SystemExit(f"build_corpus: measure of {chunk} failed")
+        chunk.unlink()
+        spent += time.time() - t0
+        log(f"{dest.name}: {n} kernels measured in {time.time() - t0:.0f}s")
+    return spent
+
+
+def featurize_generated(out_dir):
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for src in sorted(GENERATED.glob("*.zst")):
+        dest = out_dir / src.name
+        if dest.exists() and dest.stat().st_mtime >= src.stat().st_mtime:
+            continue
+        with open(src, "rb") as f:
+            feat = subprocess.Popen(tool("featurize"), stdin=f, stdout=subprocess.PIPE)
+            _write_atomic(feat.stdout, dest)
+            if feat.wait() != 0:
+                dest.unlink(missing_ok=True)
+                raise SystemExit(f"build_corpus: {src.name}: featurize failed")
 
 
 def featurize_program(prog, out_dir):
@@ -207,8 +328,44 @@ def summarize(programs, args, measure_seconds):
             "graph_shard": str(graph.relative_to(HERE)),
             "graph_bytes": graph.stat().st_size if graph.exists() else None,
         })
+    # generated kernels, by source
+    per_source = {}
+    opcodes = Counter()
+    origins = set()
+    for shard in sorted(GENERATED.glob("*.zst")):
+        source = shard.stem.rsplit("-", 1)[0]
+        entry = per_source.setdefault(source, {"shards": 0, "kernels": 0, "measured": 0,
+                                               "failed": 0, "bytes": 0, "opcodes": Counter()})
+        entry["shards"] += 1
+        entry["bytes"] += shard.stat().st_size
+        for r in read_records(str(shard)):
+            entry["kernels"] += 1
+            fingerprints.add(r["fingerprint"])
+            if r.get("origin"):
+                origins.add(r["origin"])
+            if "runtime_ns" in r:
+                entry["measured"] += 1
+                measured.append(r)
+                ok_fps.add(r["fingerprint"])
+                entry["opcodes"][r.get("opcode")] += 1
+                target = target or r.get("target")
+            elif r.get("error"):
+                entry["failed"] += 1
+                failed[r["error"].split(":", 1)[0]] += 1
+            kernels += 1
+    for entry in per_source.values():
+        opcodes.update(entry["opcodes"])
+        entry["distinct_opcodes"] = len(entry["opcodes"])
+        entry["opcodes"] = dict(entry["opcodes"].most_common())
+    program_opcodes = Counter(r.get("opcode") for r in measured if not r.get("source"))
+    allowed = set(draw_from()) if per_source else set()
+    leaked = sorted(origins - allowed)
+    if leaked:
+        raise SystemExit(f"build_corpus: generated kernels drawn from programs outside the "
+                         f"train list of a split: {', '.join(leaked)}")
     seconds = measure_seconds or {}
     kb = sum(p["kernel_bytes"] for p in per_program)
+    kb += sum(e["bytes"] for e in per_source.values())
     gb = sum(p["graph_bytes"] or 0 for p in per_program)
     manifest = {
         "built_by": "examples/build_corpus.py",
@@ -220,6 +377,10 @@ def summarize(programs, args, measure_seconds):
         "distinct_kernels": len(fingerprints),
         "distinct_measured": len(ok_fps),
         "failed_kernels": dict(failed),
+        "distinct_opcodes": len(set(opcodes) | set(program_opcodes)),
+        "generated": {"plan_seed": getattr(args, "seed", None),
+                      "drawn_from": sorted(origins),
+                      "sources": per_source} if per_source else old.get("generated"),
         "kernel_shards_mb": round(kb / 2**20, 2),
         "graph_shards_mb": round(gb / 2**20, 2) if gb else None,
         "graph_shards_committed": bool(gb) and gb <= GRAPH_LIMIT,
@@ -244,7 +405,8 @@ def summarize(programs, args, measure_seconds):
 
 
 def write_gitignore(commit_graphs):
-    lines = ["# written by examples/build_corpus.py", ".cache/", "*.tmp"]
+    lines = ["# written by examples/build_corpus.py", ".cache/", ".work/", "*.tmp",
+             "graphs/generated/"]
     if not commit_graphs:
         lines.append("graphs/")
     (CORPUS / ".gitignore").write_text("\n".join(lines) + "\n")
@@ -254,9 +416,13 @@ def list_split(split, which):
     spec = json.loads((HERE / "splits" / f"{split}.json").read_text())
     if which not in spec:
         sys.exit(f"build_corpus: {split}.json has no set {which!r} (has: {', '.join(spec)})")
-    kind = "graphs"
     for name in spec[which]:
-        print(os.path.relpath(CORPUS / kind / f"{name}.zst"))
+        if ":" in name:  # generated kernels ("ops:*"): their graph shards
+            source = name.split(":", 1)[0]
+            for shard in sorted((CORPUS / "graphs" / "generated").glob(f"{source}-*.zst")):
+                print(os.path.relpath(shard))
+        else:
+            print(os.path.relpath(CORPUS / "graphs" / f"{name}.zst"))
 
 
 def main(argv=None):
@@ -265,9 +431,16 @@ def main(argv=None):
         epilog=__doc__.split("\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("steps", nargs="*", metavar="STEP",
-                    help="measure, featurize and/or manifest (default: measure featurize); "
-                         "'featurize' alone rebuilds graphs/*.zst from the committed "
-                         "kernels/*.zst; 'manifest' only rewrites manifest.json")
+                    help="measure, generate, featurize and/or manifest (default: measure "
+                         "featurize); 'generate' generates and measures the generated kernels "
+                         "(--plan); 'featurize' alone rebuilds graphs/ from the committed kernel "
+                         "shards; 'manifest' only rewrites manifest.json")
+    ap.add_argument("--plan", nargs="+", metavar="SOURCE=N",
+                    help="kernels per generated source (default: "
+                         + " ".join(f"{k}={v}" for k, v in PLAN.items()) + ")")
+    ap.add_argument("--seed", type=int, default=0, help="tpuperf generate --seed (default 0)")
+    ap.add_argument("--jobs", type=int, default=2,
+                    help="measure --jobs for generated kernels (default 2)")
     ap.add_argument("--only", nargs="+", metavar="PROGRAM", help="only these programs")
     ap.add_argument("--min-time", default="0.5ms",
                     help="measure --min-time: shortest sample (default 0.5ms)")
@@ -292,9 +465,16 @@ def main(argv=None):
                          "train|valid|test) and exit")
     args = ap.parse_args(argv)
     args.steps = args.steps or ["measure", "featurize"]
-    bad = set(args.steps) - {"measure", "featurize", "manifest"}
+    bad = set(args.steps) - {"measure", "generate", "featurize", "manifest"}
     if bad:
-        ap.error(f"unknown step(s): {', '.join(sorted(bad))} (choose measure, featurize, manifest)")
+        ap.error(f"unknown step(s): {', '.join(sorted(bad))} "
+                 f"(choose measure, generate, featurize, manifest)")
+    plan = dict(PLAN)
+    for item in args.plan or []:
+        name, _, n = item.partition("=")
+        if name not in PLAN or not n.isdigit():
+            ap.error(f"--plan {item}: expected SOURCE=N with SOURCE one of {', '.join(PLAN)}")
+        plan[name] = int(n)
     if args.list:
         list_split(*args.list)
         return
@@ -311,6 +491,13 @@ def main(argv=None):
             if s is not None:
                 seconds[prog["name"]] = s
         log(f"measured in {time.time() - t0:.0f}s")
+    if "generate" in args.steps:
+        seed_cache(args.cache_dir)
+        for source, limit in plan.items():
+            if limit <= 0:
+                continue
+            generate_source(source, limit, args)
+            seconds[f"generated:{source}"] = measure_generated(source, args)
     if "featurize" in args.steps:
         out = args.graphs_dir or CORPUS / "graphs"
         out.mkdir(parents=True, exist_ok=True)
@@ -318,6 +505,7 @@ def main(argv=None):
         for prog in programs:
             if (CORPUS / "kernels" / f"{prog['name']}.zst").exists():
                 featurize_program(prog, out)
+        featurize_generated(out / "generated")
         log(f"featurized in {time.time() - t0:.0f}s")
     if not args.only:  # shards of programs no longer in programs.json go
         names = {p["name"] for p in load_programs()}
