@@ -914,101 +914,127 @@ def convnext(hw, dims, batch, dtype, mode, classes=10):
 # ---------------------------------------------------------------------------
 # The program list.
 
-# family -> size label -> (builder(batch, dtype, mode), default batch)
+def sc(x, k, q=1):
+    """x scaled by k, rounded to a multiple of q (at least q): a model's size
+    at a sweep's scale (x itself at k = 1)."""
+    return max(q, int(round(x * k / q)) * q)
+
+
+def scw(widths, k, q=8):
+    """Layer widths scaled by k but the last (the classes)."""
+    return [sc(w, k, q) for w in widths[:-1]] + [widths[-1]]
+
+
+# family -> size label -> (builder(batch, dtype, mode, k=1), default batch).
+# k scales the family's size axis (image side, sequence length or layer
+# widths; see sweep_spec), rounded so that the model stays well formed:
+# the example programs are k = 1.
 FAMILIES = {
     "mlp": {
-        "s": (lambda b, t, m: mlp([256, 512, 384, 10], b, t, m), 64),
-        "m": (lambda b, t, m: mlp([784, 1024, 768, 512, 256, 10], b, t, m), 128),
-        "l": (lambda b, t, m: mlp([1024, 1536, 1280, 1024, 768, 512, 1000], b, t, m), 128),
+        "s": (lambda b, t, m, k=1: mlp(scw([256, 512, 384, 10], k), b, t, m), 64),
+        "m": (lambda b, t, m, k=1: mlp(scw([784, 1024, 768, 512, 256, 10], k), b, t, m), 128),
+        "l": (lambda b, t, m, k=1: mlp(scw([1024, 1536, 1280, 1024, 768, 512, 1000], k),
+                                       b, t, m), 128),
     },
     "autoenc": {
-        "s": (lambda b, t, m: autoencoder([784, 256, 64], b, t, m), 64),
-        "m": (lambda b, t, m: autoencoder([1024, 512, 256, 32], b, t, m), 128),
+        "s": (lambda b, t, m, k=1: autoencoder([sc(w, k, 8) for w in [784, 256, 64]], b, t, m),
+              64),
+        "m": (lambda b, t, m, k=1: autoencoder([sc(w, k, 8) for w in [1024, 512, 256, 32]],
+                                               b, t, m), 128),
     },
     "cnn": {
-        "s": (lambda b, t, m: cnn(32, [16, 32], b, t, m), 16),
-        "m": (lambda b, t, m: cnn(32, [32, 64, 128], b, t, m), 32),
-        "l": (lambda b, t, m: cnn(64, [16, 32, 64, 128], b, t, m), 16),
+        "s": (lambda b, t, m, k=1: cnn(sc(32, k, 4), [16, 32], b, t, m), 16),
+        "m": (lambda b, t, m, k=1: cnn(sc(32, k, 8), [32, 64, 128], b, t, m), 32),
+        "l": (lambda b, t, m, k=1: cnn(sc(64, k, 16), [16, 32, 64, 128], b, t, m), 16),
     },
     "resnet": {
-        "s": (lambda b, t, m: resnet(16, 16, 1, b, t, m), 16),
-        "m": (lambda b, t, m: resnet(32, 16, 2, b, t, m), 16),
-        "l": (lambda b, t, m: resnet(32, 32, 2, b, t, m), 16),
+        "s": (lambda b, t, m, k=1: resnet(sc(16, k, 4), 16, 1, b, t, m), 16),
+        "m": (lambda b, t, m, k=1: resnet(sc(32, k, 4), 16, 2, b, t, m), 16),
+        "l": (lambda b, t, m, k=1: resnet(sc(32, k, 4), 32, 2, b, t, m), 16),
     },
     "sepconv": {
-        "s": (lambda b, t, m: sepconv(32, [16, 32, 64], b, t, m), 16),
-        "m": (lambda b, t, m: sepconv(64, [32, 64, 96, 96], b, t, m), 16),
+        "s": (lambda b, t, m, k=1: sepconv(sc(32, k, 4), [16, 32, 64], b, t, m), 16),
+        "m": (lambda b, t, m, k=1: sepconv(sc(64, k, 4), [32, 64, 96, 96], b, t, m), 16),
     },
     "transformer": {
-        "s": (lambda b, t, m: transformer(64, 128, 4, 1, b, t, m), 8),
-        "m": (lambda b, t, m: transformer(128, 256, 8, 2, b, t, m), 8),
+        "s": (lambda b, t, m, k=1: transformer(sc(64, k, 8), 128, 4, 1, b, t, m), 8),
+        "m": (lambda b, t, m, k=1: transformer(sc(128, k, 8), 256, 8, 2, b, t, m), 8),
     },
     "gpt": {
-        "s": (lambda b, t, m: transformer(64, 128, 4, 2, b, t, m, causal=True, vocab=2048), 8),
-        "m": (lambda b, t, m: transformer(128, 192, 6, 2, b, t, m, causal=True, vocab=2048), 4),
+        "s": (lambda b, t, m, k=1: transformer(sc(64, k, 8), 128, 4, 2, b, t, m, causal=True,
+                                               vocab=2048), 8),
+        "m": (lambda b, t, m, k=1: transformer(sc(128, k, 8), 192, 6, 2, b, t, m, causal=True,
+                                               vocab=2048), 4),
     },
     "lstm": {
-        "s": (lambda b, t, m: rnn("lstm", 32, 64, 128, b, t, m), 16),
-        "m": (lambda b, t, m: rnn("lstm", 64, 128, 256, b, t, m), 32),
+        "s": (lambda b, t, m, k=1: rnn("lstm", sc(32, k, 4), 64, 128, b, t, m), 16),
+        "m": (lambda b, t, m, k=1: rnn("lstm", sc(64, k, 4), 128, 256, b, t, m), 32),
     },
     "gru": {
-        "s": (lambda b, t, m: rnn("gru", 32, 64, 128, b, t, m), 16),
-        "m": (lambda b, t, m: rnn("gru", 48, 96, 192, b, t, m), 32),
+        "s": (lambda b, t, m, k=1: rnn("gru", sc(32, k, 4), 64, 128, b, t, m), 16),
+        "m": (lambda b, t, m, k=1: rnn("gru", sc(48, k, 4), 96, 192, b, t, m), 32),
     },
     "embedattn": {
-        "s": (lambda b, t, m: embedattn(5000, 64, 64, b, t, m), 32),
-        "m": (lambda b, t, m: embedattn(20000, 128, 128, b, t, m), 32),
+        "s": (lambda b, t, m, k=1: embedattn(5000, 64, sc(64, k, 8), b, t, m), 32),
+        "m": (lambda b, t, m, k=1: embedattn(20000, 128, sc(128, k, 8), b, t, m), 32),
     },
     "moe": {
-        "s": (lambda b, t, m: moe(b, 128, 4, 256, t, m), 256),
-        "m": (lambda b, t, m: moe(b, 256, 8, 512, t, m), 512),
+        "s": (lambda b, t, m, k=1: moe(b, sc(128, k, 8), 4, sc(256, k, 8), t, m), 256),
+        "m": (lambda b, t, m, k=1: moe(b, sc(256, k, 8), 8, sc(512, k, 8), t, m), 512),
     },
     "normheavy": {
-        "s": (lambda b, t, m: normheavy(64, 128, b, t, m), 8),
-        "m": (lambda b, t, m: normheavy(128, 256, b, t, m), 8),
+        "s": (lambda b, t, m, k=1: normheavy(sc(64, k, 8), 128, b, t, m), 8),
+        "m": (lambda b, t, m, k=1: normheavy(sc(128, k, 8), 256, b, t, m), 8),
     },
     "bnmlp": {
-        "s": (lambda b, t, m: bnmlp([256, 512, 512, 512, 10], b, t, m), 64),
-        "m": (lambda b, t, m: bnmlp([784, 1024, 1024, 1024, 1024, 100], b, t, m), 128),
+        "s": (lambda b, t, m, k=1: bnmlp(scw([256, 512, 512, 512, 10], k), b, t, m), 64),
+        "m": (lambda b, t, m, k=1: bnmlp(scw([784, 1024, 1024, 1024, 1024, 100], k), b, t, m),
+              128),
     },
     "densenet": {
-        "s": (lambda b, t, m: densenet(16, 8, 4, 2, b, t, m), 16),
-        "m": (lambda b, t, m: densenet(32, 12, 4, 3, b, t, m), 16),
+        "s": (lambda b, t, m, k=1: densenet(sc(16, k, 4), 8, 4, 2, b, t, m), 16),
+        "m": (lambda b, t, m, k=1: densenet(sc(32, k, 4), 12, 4, 3, b, t, m), 16),
     },
     "unet": {
-        "s": (lambda b, t, m: unet(32, 8, 2, b, t, m), 8),
-        "m": (lambda b, t, m: unet(64, 8, 3, b, t, m), 4),
+        "s": (lambda b, t, m, k=1: unet(sc(32, k, 4), 8, 2, b, t, m), 8),
+        "m": (lambda b, t, m, k=1: unet(sc(64, k, 8), 8, 3, b, t, m), 4),
     },
     "inception": {
-        "s": (lambda b, t, m: inception(16, 16, 2, b, t, m), 16),
-        "m": (lambda b, t, m: inception(32, 16, 4, b, t, m), 16),
+        "s": (lambda b, t, m, k=1: inception(sc(16, k, 4), 16, 2, b, t, m), 16),
+        "m": (lambda b, t, m, k=1: inception(sc(32, k, 4), 16, 4, b, t, m), 16),
     },
     "gnn": {
-        "s": (lambda b, t, m: gnn(b, 8 * b, [32, 64, 64], t, m), 1024),
-        "m": (lambda b, t, m: gnn(b, 8 * b, [64, 128, 96, 64], t, m), 4096),
+        "s": (lambda b, t, m, k=1: gnn(b, 8 * b, [sc(w, k, 8) for w in [32, 64, 64]], t, m), 1024),
+        "m": (lambda b, t, m, k=1: gnn(b, 8 * b, [sc(w, k, 8) for w in [64, 128, 96, 64]], t, m),
+              4096),
     },
     "seq2seq": {
-        "s": (lambda b, t, m: seq2seq(16, 12, 1000, 64, 128, b, t, m), 16),
-        "m": (lambda b, t, m: seq2seq(32, 24, 2000, 96, 192, b, t, m), 16),
+        "s": (lambda b, t, m, k=1: seq2seq(sc(16, k, 4), sc(12, k, 4), 1000, 64, 128, b, t, m),
+              16),
+        "m": (lambda b, t, m, k=1: seq2seq(sc(32, k, 4), sc(24, k, 4), 2000, 96, 192, b, t, m),
+              16),
     },
     "vit": {
-        "s": (lambda b, t, m: vit(32, 8, 128, 4, 2, b, t, m), 16),
-        "m": (lambda b, t, m: vit(32, 4, 192, 6, 2, b, t, m), 8),
+        "s": (lambda b, t, m, k=1: vit(sc(32, k, 8), 8, 128, 4, 2, b, t, m), 16),
+        "m": (lambda b, t, m, k=1: vit(sc(32, k, 4), 4, 192, 6, 2, b, t, m), 8),
     },
     "wavenet": {
-        "s": (lambda b, t, m: wavenet(256, 32, [1, 2, 4, 8, 16], b, t, m), 8),
-        "m": (lambda b, t, m: wavenet(512, 48, [1, 2, 4, 8, 16, 32, 64, 128], b, t, m), 8),
+        "s": (lambda b, t, m, k=1: wavenet(sc(256, k, 16), 32, [1, 2, 4, 8, 16], b, t, m), 8),
+        "m": (lambda b, t, m, k=1: wavenet(sc(512, k, 16), 48, [1, 2, 4, 8, 16, 32, 64, 128],
+                                           b, t, m), 8),
     },
     "mbconv": {
-        "s": (lambda b, t, m: mbconv(32, [(3, 1, 16, 1), (3, 4, 24, 2), (5, 4, 40, 2),
-                                          (3, 4, 80, 1)], b, t, m), 16),
-        "m": (lambda b, t, m: mbconv(64, [(3, 1, 16, 1), (3, 6, 24, 2), (5, 6, 40, 2),
-                                          (3, 4, 64, 2), (5, 4, 80, 1), (5, 3, 112, 2)],
-                                     b, t, m), 8),
+        "s": (lambda b, t, m, k=1: mbconv(sc(32, k, 8), [(3, 1, 16, 1), (3, 4, 24, 2),
+                                                        (5, 4, 40, 2), (3, 4, 80, 1)], b, t, m),
+              16),
+        "m": (lambda b, t, m, k=1: mbconv(sc(64, k, 32), [(3, 1, 16, 1), (3, 6, 24, 2),
+                                                         (5, 6, 40, 2), (3, 4, 64, 2),
+                                                         (5, 4, 80, 1), (5, 3, 112, 2)],
+                                          b, t, m), 8),
     },
     "convnext": {
-        "s": (lambda b, t, m: convnext(32, [32, 64, 128], b, t, m), 16),
-        "m": (lambda b, t, m: convnext(64, [32, 64, 128, 256], b, t, m), 8),
+        "s": (lambda b, t, m, k=1: convnext(sc(32, k, 16), [32, 64, 128], b, t, m), 16),
+        "m": (lambda b, t, m, k=1: convnext(sc(64, k, 32), [32, 64, 128, 256], b, t, m), 8),
     },
 }
 
@@ -1077,6 +1103,33 @@ def all_specs():
     names = [s.name for s in specs]
     assert len(names) == len(set(names)), "duplicate program names"
     return specs
+
+
+def sweep_spec(name, batch=None, dtype=None, k=1):
+    """The example program `name` (one of all_specs()) at another point:
+    batch size, dtype ("f32", "bf16") and k, the scale of its family's size
+    axis (image side, sequence length or widths, see FAMILIES); its mode and
+    fusion variant stay. The name says the point the way make_spec names
+    programs (plus _k<scale>), so a point that is an example program has
+    that program's name."""
+    base = {s.name: s for s in all_specs()}[name]
+    builder, default_batch = FAMILIES[base.family][base.size]
+    b = base.batch if batch is None else batch
+    t = base.dtype if dtype is None else dtype
+    parts = [base.family, base.size, base.mode]
+    if b != default_batch:
+        parts.append(f"b{b}")
+    if k != 1:
+        parts.append(f"k{k:g}")
+    if t != "f32":
+        parts.append(t)
+    if base.variant != "base":
+        parts.append(base.variant)
+    mode = base.mode
+    return Spec(name="_".join(parts), family=base.family, size=base.size, batch=b, dtype=t,
+                variant=base.variant, mode=mode,
+                build=(lambda: with_adam(*builder(b, t, "train", k))) if mode == "adam"
+                else (lambda: builder(b, t, mode, k)))
 
 
 # ---------------------------------------------------------------------------

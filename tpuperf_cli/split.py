@@ -81,6 +81,16 @@ def split_programs(path, which):
     return names
 
 
+def train_in_all(paths):
+    """The programs in the train list of every split file of `paths`, sorted:
+    the ones a generator may draw from or sweep, so that no kernel made from
+    a program on the valid or test side of any split enters training."""
+    lists = [set(load_split(p)["train"]) for p in paths]
+    if not lists:
+        raise TpuperfError("no split file given")
+    return sorted(set.intersection(*lists))
+
+
 def records_of(records, programs):
     """The records whose program is one of `programs`."""
     for r in records:

@@ -1,0 +1,208 @@
+"""tpuperf generate's fusions and sweeps sources: kernel records drawn from
+programs (fusion groups XLA:CPU makes one kernel of) and from the example
+programs rebuilt at other sizes."""
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.generate import fusions, source, sweeps
+from tpuperf_cli.hlo.compilable import compilable_module
+from tpuperf_cli.hlo.compile import optimize
+from tpuperf_cli.hlo.parser import parse_module
+from tpuperf_cli.hlo.split import find_kernels, module_fingerprint
+from tpuperf_cli.records import (
+    FINGERPRINT,
+    HLO,
+    KERNEL_FIELDS,
+    ORIGIN,
+    PROGRAM,
+    SOURCE,
+)
+from tpuperf_cli.split import train_in_all
+
+EX = Path(__file__).resolve().parent.parent / "examples"
+MLP = str(EX / "hlo" / "mlp_s_train.hlo")
+
+
+def take(gen, n):
+    return list(itertools.islice(gen, n))
+
+
+def compiled_kernels(record):
+    """How many kernels XLA:CPU makes of the record's module, compiled as
+    measure compiles it."""
+    optimized = optimize(compilable_module(record[HLO]), "cpu", mlir=False)
+    return len(find_kernels(parse_module(optimized, "optimized")))
+
+
+def assert_one_kernel(record):
+    """The record's module parses, holds one kernel and compiles."""
+    module = parse_module(record[HLO], "record")
+    assert len(find_kernels(module)) == 1
+    assert module_fingerprint(record[HLO]) == record[FINGERPRINT]
+    assert compiled_kernels(record) >= 1
+
+
+# ---------------------------------------------------------------- fusions
+
+def test_sources_are_registered():
+    assert source("fusions") is fusions.generate
+    assert source("sweeps") is sweeps.generate
+
+
+def test_fusions_records_are_single_kernels_and_deterministic():
+    log = []
+    first = take(fusions.generate(0, [MLP], log.append), 4)
+    again = take(fusions.generate(0, [MLP], log.append), 4)
+    other = take(fusions.generate(1, [MLP], log.append), 4)
+    assert [r[HLO] for r in first] == [r[HLO] for r in again]
+    assert [r[FINGERPRINT] for r in first] != [r[FINGERPRINT] for r in other]
+    # the fusions XLA made of the groups (a group of one op may stay unfused)
+    assert "fusion" in {r["opcode"] for r in first}
+    for r in first:
+        assert set(KERNEL_FIELDS) <= set(r)
+        assert (r[SOURCE], r[ORIGIN], r[PROGRAM]) == ("fusions", "mlp_s_train",
+                                                      "fusions:mlp_s_train")
+        assert_one_kernel(r)
+        assert compiled_kernels(r) == 1       # and XLA makes it one kernel again
+
+
+def test_flattened_program_has_no_fusions_and_closed_operands():
+    graphs = fusions.load_graphs([MLP])
+    assert graphs
+    for g in graphs:
+        assert not any(ins.opcode in ("fusion", "call") for ins in g.nodes.values())
+        for ins in g.nodes.values():
+            assert all(o in g.nodes for o in ins.operands), ins.name
+    # the fused ops are there, standing alone
+    opcodes = {ins.opcode for g in graphs for ins in g.nodes.values()}
+    assert {"exponential", "broadcast", "maximum", "reduce"} <= opcodes
+
+
+def test_groups_have_one_output_and_compile():
+    import random
+
+    graphs = fusions.load_graphs([MLP])
+    rng = random.Random(3)
+    for size in (1, 3, 12):
+        g = rng.choice(graphs)
+        group = fusions.draw_group(g, rng, size)
+        assert 1 <= len(group) <= size
+        members = set(group)
+        used = {o for n in group for o in g.nodes[n].operands}
+        assert len([n for n in group if n not in used]) == 1
+        assert all(g.nodes[n].opcode in fusions.FUSIBLE for n in group)
+        text = fusions.group_module(g, group)
+        assert parse_module(text, "group").entry.root is not None
+        assert members
+
+
+SPLIT_GROUP = """HloModule p
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+ENTRY %main (x: f32[64,128], y: f32[64,128]) -> f32[64,128] {
+  %x = f32[64,128] parameter(0)
+  %y = f32[64,128] parameter(1)
+  %zero = f32[] constant(0)
+  %r = f32[64] reduce(%x, %zero), dimensions={1}, to_apply=%add
+  %e = f32[64] exponential(%r)
+  %bc = f32[64,128] broadcast(%e), dimensions={0}
+  ROOT %m = f32[64,128] multiply(%bc, %y)
+}
+"""
+
+
+def test_a_group_xla_splits_is_not_kept(tmp_path, monkeypatch):
+    path = tmp_path / "p.hlo"
+    path.write_text(SPLIT_GROUP)
+    graph = fusions.load_graphs([str(path)])[0]
+    whole = [n for n in graph.nodes if graph.nodes[n].opcode in fusions.FUSIBLE]
+    # XLA:CPU fuses no reduce or exponential into a broadcast: the whole
+    # graph is several kernels
+    text = fusions.group_module(graph, whole)
+    assert fusions.count_kernels(fusions.compile_cpu(text)) > 1
+    # ... so the generator, made to draw it, keeps nothing
+    monkeypatch.setattr(fusions, "draw_group", lambda g, rng, size: whole)
+    monkeypatch.setattr(fusions, "GIVE_UP_AFTER", 3)
+    log = []
+    assert list(fusions.generate(0, [str(path)], log.append)) == []
+    assert "0 kept" in log[-1] and "stopped" in log[-1]
+    # ... and draw_group itself never grows an expensive op into a broadcast
+    monkeypatch.undo()
+    import random
+
+    rng = random.Random(0)
+    for _ in range(30):
+        group = fusions.draw_group(graph, rng, 10)
+        assert not fusions.recomputes_expensive(graph, set(group))
+        assert not {"exponential", "broadcast"} <= {graph.nodes[n].opcode for n in group}
+
+
+def test_fusions_needs_programs():
+    with pytest.raises(TpuperfError, match="needs programs"):
+        next(fusions.generate(0, [], print))
+
+
+# ---------------------------------------------------------------- sweeps
+
+def test_sweep_points_are_deterministic_and_skip_example_programs():
+    a = sweeps.sweep_points(["resnet_s_train", "mlp_s_train"], 0)
+    assert a == sweeps.sweep_points(["resnet_s_train", "mlp_s_train"], 0)
+    assert a != sweeps.sweep_points(["resnet_s_train", "mlp_s_train"], 1)
+    mp = sweeps.make_programs()
+    examples = {s.name for s in mp.all_specs()}
+    names = {mp.sweep_spec(*p).name for p in a}
+    assert not names & examples
+    assert len(names) == len(a)
+    # resnet_s_train in bf16 is an example program: not rebuilt
+    assert ("resnet_s_train", 16, "bf16", 1) not in a
+    assert ("resnet_s_train", 16, "bf16", 2) in a
+
+
+def test_sweep_spec_names_like_make_spec():
+    mp = sweeps.make_programs()
+    assert mp.sweep_spec("resnet_s_train").name == "resnet_s_train"
+    assert mp.sweep_spec("resnet_s_train", 16, "bf16").name == "resnet_s_train_bf16"
+    assert mp.sweep_spec("densenet_s_train_nofuse", 32, "f32", 1.5).name == (
+        "densenet_s_train_b32_k1.5_nofuse")
+
+
+def test_sweep_program_names():
+    assert sweeps.program_names([MLP, "mlp_s_train", "cnn_s_train"]) == [
+        "mlp_s_train", "cnn_s_train"]
+    with pytest.raises(TpuperfError, match="not an example program"):
+        sweeps.program_names(["nosuch_train"])
+
+
+def test_sweeps_yields_kernels_of_one_swept_program():
+    log = []
+    records = take(sweeps.generate(0, ["mlp_s_train"], log.append), 6)
+    first_point = sweeps.sweep_points(["mlp_s_train"], 0)[0]
+    swept = sweeps.make_programs().sweep_spec(*first_point).name
+    assert len(records) == 6
+    for r in records:
+        assert (r[SOURCE], r[ORIGIN], r[PROGRAM]) == ("sweeps", "mlp_s_train", f"sweeps:{swept}")
+        assert set(KERNEL_FIELDS) <= set(r)
+    for r in records[:3]:
+        assert_one_kernel(r)
+    again = take(sweeps.generate(0, ["mlp_s_train"], log.append), 6)
+    assert [r[FINGERPRINT] for r in again] == [r[FINGERPRINT] for r in records]
+    assert any(swept in line for line in log)
+
+
+def test_train_in_all_splits(tmp_path):
+    a = tmp_path / "a.json"
+    b = tmp_path / "b.json"
+    a.write_text('{"train": ["x", "y", "z"], "valid": ["w"], "test": []}')
+    b.write_text('{"train": ["y", "z", "w"], "valid": [], "test": ["x"]}')
+    assert train_in_all([str(a), str(b)]) == ["y", "z"]
+    real = train_in_all(sorted(str(p) for p in (EX / "splits").glob("*.json")))
+    assert "mlp_s_train" in real and "gpt_s_train" not in real
