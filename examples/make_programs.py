@@ -18,6 +18,10 @@ Usage::
     .venv/bin/python examples/make_programs.py --only mlp_s_train --out /tmp/hlo
     .venv/bin/python examples/make_programs.py --list
 
+``sweep_spec`` builds a program at another batch, size (image side,
+sequence length or widths, scaled by FAMILIES' k) and dtype: `tpuperf
+generate --source sweeps` imports this file for it.
+
 The manifest examples/programs.json is rewritten with every program built
 (it keeps entries of programs not rebuilt with --only). Progress goes to
 stderr. Output is deterministic as far as XLA is: no random numbers are
@@ -1214,12 +1218,14 @@ def max_elements(text):
     return best
 
 
-def compile_text(spec):
+def compile_text(spec, options=None):
+    """The optimized HLO text of a Spec, compiled with its variant's XLA
+    options (and `options`, more of them) for jax's default device."""
     import jax
 
     fn, args = spec.build()
     lowered = jax.jit(fn).lower(*args)
-    opts = VARIANTS[spec.variant]
+    opts = {**VARIANTS[spec.variant], **(options or {})}
     compiled = lowered.compile(compiler_options=opts) if opts else lowered.compile()
     return compiled.as_text()
 

@@ -138,9 +138,12 @@ def generate(seed: int, programs: Sequence[str],
 def compile_cpu(mp, spec) -> str:
     """The optimized HLO text XLA:CPU makes of a make_programs Spec, with the
     program's fusion variant (as make_programs.compile_text, on the CPU
-    whatever jax's default backend)."""
+    whatever jax's default backend; LLVM not optimizing, which leaves the
+    HLO as it is, see fusions.FAST_COMPILE)."""
     import jax
+
+    from tpuperf_cli.generate.fusions import FAST_COMPILE
 
     mp.setup_jax()
     with jax.default_device(jax.devices("cpu")[0]):
-        return mp.compile_text(spec)
+        return mp.compile_text(spec, FAST_COMPILE)

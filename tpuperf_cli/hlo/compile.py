@@ -26,9 +26,10 @@ def backend_client(backend):
     return devices[0].client, devices[0]
 
 
-def optimize(text, backend, name="<input>", mlir=None):
+def optimize(text, backend, name="<input>", mlir=None, debug_options=None):
     """The optimized HLO text XLA makes of `text` for `backend` (cpu, gpu,
-    tpu). mlir: whether text is StableHLO/MHLO (None: detect)."""
+    tpu). mlir: whether text is StableHLO/MHLO (None: detect).
+    debug_options: XLA DebugOptions fields to set ({name: value})."""
     from jax._src import compiler
     from jax._src.lib import xla_client as xc
 
@@ -50,6 +51,8 @@ def optimize(text, backend, name="<input>", mlir=None):
             raise TpuperfError(f"{name}: XLA cannot read it as HLO ({_first(e)})",
                                exit_code=2) from None
     options = compiler.get_compile_options(num_replicas=1, num_partitions=1, backend=client)
+    for key, value in (debug_options or {}).items():
+        setattr(options.executable_build_options.debug_options, key, value)
     try:
         exe = client.compile_and_load(program, xc.DeviceList((device,)), options)
     except Exception as e:
