@@ -99,12 +99,21 @@ def generate(seed: int, programs: Sequence[str],
     graphs = load_graphs(programs)
     if not graphs:
         raise TpuperfError("--source fusions: the programs hold no fusible ops")
+    # each program as likely as another, each of its ops as likely as another
+    by_program = {}
+    for g in graphs:
+        by_program.setdefault(g.program, []).append(g)
+    names = list(by_program)
+    weights = {p: [len(g.fusible) for g in gs] for p, gs in by_program.items()}
+    log(f"fusions: {len(names)} programs, {sum(len(g.fusible) for g in graphs)} fusible ops "
+        f"to draw groups from")
     rng = random.Random(seed)
     seen = set()                      # digests of candidate modules already compiled
     tried = kept = failed = fresh_streak = 0
     t0 = last_log = time.monotonic()
     while fresh_streak < GIVE_UP_AFTER:
-        graph = rng.choice(graphs)
+        program = rng.choice(names)
+        graph = rng.choices(by_program[program], weights[program])[0]
         size = int(math.exp(rng.uniform(0.0, math.log(MAX_OPS + 1))))
         group = draw_group(graph, rng, size)
         text = group_module(graph, group)
