@@ -11,6 +11,7 @@ LAYERS = [
     ("tpuperf_cli", "tpuperf_cli.errors", "tpuperf_cli.records", "tpuperf_cli.stream"),
     ("tpuperf_cli.hlo",),
     ("tpuperf_cli.features",),
+    ("tpuperf_cli.generate",),          # makes kernels from hlo, ops from features' table
     ("tpuperf_cli.measure",),
     ("tpuperf_cli.metrics", "tpuperf_cli.split"),
     ("tpuperf_cli.model",),
