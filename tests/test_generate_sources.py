@@ -201,8 +201,8 @@ def test_sweeps_yields_kernels_of_one_swept_program():
 def test_train_in_all_splits(tmp_path):
     a = tmp_path / "a.json"
     b = tmp_path / "b.json"
-    a.write_text('{"train": ["x", "y", "z"], "valid": ["w"], "test": []}')
-    b.write_text('{"train": ["y", "z", "w"], "valid": [], "test": ["x"]}')
+    b.write_text('{"train": ["y", "z", "w", "ops:*", "fusions:z"], "valid": [], "test": ["x"]}')
+    a.write_text('{"train": ["x", "y", "z", "ops:*", "fusions:z"], "valid": ["w"], "test": []}')
     assert train_in_all([str(a), str(b)]) == ["y", "z"]
     real = train_in_all(sorted(str(p) for p in (EX / "splits").glob("*.json")))
     assert "mlp_s_train" in real and "gpt_s_train" not in real

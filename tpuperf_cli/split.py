@@ -84,11 +84,13 @@ def split_programs(path, which):
 def train_in_all(paths):
     """The programs in the train list of every split file of `paths`, sorted:
     the ones a generator may draw from or sweep, so that no kernel made from
-    a program on the valid or test side of any split enters training."""
+    a program on the valid or test side of any split enters training.
+    Patterns ("ops:*") and generated pseudo-programs ("SOURCE:NAME") are
+    no programs to draw from and are left out."""
     lists = [set(load_split(p)["train"]) for p in paths]
     if not lists:
         raise TpuperfError("no split file given")
-    return sorted(set.intersection(*lists))
+    return sorted(n for n in set.intersection(*lists) if ":" not in n and not glob.has_magic(n))
 
 
 def records_of(records, programs):
