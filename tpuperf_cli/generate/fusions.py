@@ -14,11 +14,11 @@ From those graphs random connected producer-consumer groups of fusible ops
 are drawn (elementwise, broadcast, reshape, transpose, slice, reduce,
 concatenate, pad, convert, ...; one op to dozens): a group grows from a
 random op, mostly up through its producers as XLA's producer-consumer fusion
-does. Each group becomes a standalone module (its inputs from outside are
-parameters, small constants are copied in, the ops no other group op uses
-are the root, a tuple when several), is compiled by XLA:CPU, and is kept
-only when the optimized module holds exactly one kernel: a group XLA would
-split is not a kernel XLA can emit. The record's hlo is that kernel as XLA
+does, with one output (XLA:CPU makes no multi-output fusions). Each group
+becomes a standalone module (its inputs from outside are parameters, small
+constants are copied in, its output is the root, layouts are left to XLA),
+is compiled by XLA:CPU, and is kept only when the optimized module holds
+exactly one kernel: a group XLA would split is not a kernel XLA can emit. The record's hlo is that kernel as XLA
 made it (hlo-split's standalone form of the optimized module's one kernel).
 """
 
@@ -242,7 +242,7 @@ def draw_group(graph: Graph, rng: random.Random, size: int) -> list[str]:
     output, in topological order: grown from a random op up through the
     producers of its members and, now and then, down to a consumer of its
     output, avoiding what XLA:CPU would not fuse (see fusible_into and
-    recomputes_expensive): 97% of the groups drawn from the example programs
+    recomputes_expensive): about 96% of the groups drawn from the example programs
     compile to one kernel."""
     nodes, users = graph.nodes, graph.users
     refused = set()
