@@ -109,46 +109,52 @@ def generate(seed: int, programs: Sequence[str],
         f"to draw groups from")
     rng = random.Random(seed)
     seen = set()                      # digests of candidate modules already compiled
-    tried = kept = failed = fresh_streak = 0
+    count = {"tried": 0, "kept": 0, "failed": 0}
+    fresh_streak = 0
     t0 = last_log = time.monotonic()
-    while fresh_streak < GIVE_UP_AFTER:
-        program = rng.choice(names)
-        graph = rng.choices(by_program[program], weights[program])[0]
-        size = int(math.exp(rng.uniform(0.0, math.log(MAX_OPS + 1))))
-        group = draw_group(graph, rng, size)
-        text = group_module(graph, group)
-        digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
-        fresh_streak += 1
-        if digest in seen:
-            continue
-        seen.add(digest)
-        tried += 1
-        record = None
-        try:
-            optimized = compile_cpu(text)
-            if count_kernels(optimized) == 1:
-                record = kernel_record(optimized, source=SOURCE_NAME,
-                                       program=f"{SOURCE_NAME}:{graph.program}",
-                                       origin=graph.program)
-        except TpuperfError:
-            failed += 1
-        now = time.monotonic()
-        if record is not None:
-            kept += 1
-            fresh_streak = 0
-            yield record
-        if now - last_log >= LOG_EVERY_S:
-            last_log = now
-            log(progress_line(tried, kept, failed, now - t0))
-    log(progress_line(tried, kept, failed, time.monotonic() - t0)
-        + f"; stopped: {GIVE_UP_AFTER} candidates in a row brought no new kernel")
+    try:
+        while fresh_streak < GIVE_UP_AFTER:
+            program = rng.choice(names)
+            graph = rng.choices(by_program[program], weights[program])[0]
+            size = int(math.exp(rng.uniform(0.0, math.log(MAX_OPS + 1))))
+            group = draw_group(graph, rng, size)
+            text = group_module(graph, group)
+            digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
+            fresh_streak += 1
+            if digest in seen:
+                continue
+            seen.add(digest)
+            count["tried"] += 1
+            record = None
+            try:
+                optimized = compile_cpu(text)
+                if count_kernels(optimized) == 1:
+                    record = kernel_record(optimized, source=SOURCE_NAME,
+                                           program=f"{SOURCE_NAME}:{graph.program}",
+                                           origin=graph.program)
+            except TpuperfError:
+                count["failed"] += 1
+            now = time.monotonic()
+            if now - last_log >= LOG_EVERY_S:
+                last_log = now
+                log(progress_line(count, now - t0))
+            if record is not None:
+                count["kept"] += 1
+                fresh_streak = 0
+                yield record
+        log(progress_line(count, time.monotonic() - t0)
+            + f"; stopped: {GIVE_UP_AFTER} candidates in a row brought no new kernel")
+    except GeneratorExit:
+        # the driver has what it wanted (--limit): the last figures
+        log(progress_line(count, time.monotonic() - t0))
+        raise
 
 
-def progress_line(tried, kept, failed, seconds):
-    rate = kept / seconds if seconds > 0 else 0.0
-    share = 100.0 * kept / tried if tried else 0.0
-    return (f"fusions: {tried} groups compiled, {kept} kept ({share:.0f}%), "
-            f"{failed} failed to compile, {rate:.1f} kernels/s")
+def progress_line(count, seconds):
+    rate = count["kept"] / seconds if seconds > 0 else 0.0
+    share = 100.0 * count["kept"] / count["tried"] if count["tried"] else 0.0
+    return (f"fusions: {count['tried']} groups compiled, {count['kept']} kept ({share:.0f}%), "
+            f"{count['failed']} failed to compile, {rate:.1f} kernels/s")
 
 
 # ---------------------------------------------------------------- programs
