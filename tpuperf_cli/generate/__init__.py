@@ -15,6 +15,11 @@ stderr. The driver (the command) removes duplicates by fingerprint, skips
 Records carry SOURCE (the source's name) and, where a kernel was drawn from
 a program, ORIGIN (that program's name): the corpus's splits keep every
 kernel drawn from or swept from a test program out of training.
+
+A source may also yield a `Failed(reason)` for a candidate it could not
+make into a kernel (a group XLA splits, a sweep that does not compile):
+the driver counts them in its summary and shows the first few reasons,
+instead of the source logging each.
 """
 
 from __future__ import annotations
@@ -40,6 +45,11 @@ def source(name: str) -> Callable[[int, Sequence[str], Callable[[str], None]], I
     return importlib.import_module(f"{__name__}.{SOURCES[name]}").generate
 
 
+class Failed(str):
+    """A candidate kernel a source could not make (the string says why):
+    yielded in place of a record, counted by the driver."""
+
+
 def kernel_record(text: str, *, source: str, program: str, origin: str | None = None,
                   name: str = "<generated>") -> Record:
     """The kernel record of a standalone module holding one kernel, as
@@ -59,3 +69,23 @@ def kernel_record(text: str, *, source: str, program: str, origin: str | None = 
     if origin is not None:
         record[ORIGIN] = origin
     return record
+
+
+def kernel_records_of(text: str, *, source: str, program: str, origin: str | None = None,
+                      name: str = "<generated>") -> list[Record]:
+    """Every kernel record of a module of several kernels (a while loop's
+    body and condition ops, say), as hlo-split writes them, each marked with
+    source (and origin). Raises TpuperfError when the text does not parse
+    or holds no kernel."""
+    from tpuperf_cli.hlo.parser import parse_module
+    from tpuperf_cli.hlo.split import kernel_records
+
+    module = parse_module(text, name)
+    records = list(kernel_records(module, program=program))
+    if not records:
+        raise TpuperfError(f"{name}: holds no kernel")
+    for record in records:
+        record[SOURCE] = source
+        if origin is not None:
+            record[ORIGIN] = origin
+    return records
