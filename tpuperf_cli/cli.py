@@ -29,6 +29,7 @@ COMMANDS = {
     "split": "split",
     "machine": "machine",
     "compare": "compare",
+    "generate": "generate",
 }
 # Tools installed as programs of their own (pyproject's [project.scripts]).
 STANDALONE = ("hlo-split", "featurize", "measure", "predict", "score")

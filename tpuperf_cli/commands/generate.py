@@ -1,0 +1,177 @@
+"""`tpuperf generate`: write kernel records to measure, from generators."""
+
+import sys
+import textwrap
+import time
+
+import click
+
+from tpuperf_cli.commands.options import CONTEXT, output_option, quiet_option, record_writer
+from tpuperf_cli.generate import SOURCES
+from tpuperf_cli.generate.ops import NOT_GENERATED
+
+
+def _not_generated():
+    lines = []
+    for why, ops in NOT_GENERATED.items():
+        lines.append(f"  {why}:")
+        lines += textwrap.wrap(ops, 72, initial_indent="    ", subsequent_indent="    ")
+    return "\n".join(lines)
+
+
+HELP = """Write kernel records to measure, made by generators.
+
+Writes kernel records (hlo-split's fields, each `hlo` a standalone module
+XLA compiles alone) to stdout or -o FILE (zstd if it ends in .zst; never to
+a terminal), so that `tpuperf generate ... | featurize | measure` works
+as hlo-split's output does. Each record also has `source` (the generator)
+and, for kernels drawn from a program, `origin` (that program's name).
+
+\b
+Sources (--source, repeatable; several are taken in turn, one
+candidate each):
+  ops      single-op modules of every opcode of featurize's opcode table
+           that XLA:CPU runs, at random valid shapes, dtypes (f32, bf16,
+           f16, f64, s8..s64, u8..u64, pred, c64, ...), layouts (other
+           minor-to-major orders too) and attributes: convolutions in 1, 2
+           and 3 spatial dims with strides, lhs/rhs dilation, padding,
+           feature and batch groups; dot with batch dims and s8->s32,
+           bf16->f32; fft of every type; sort of 1 to 3 operands, topk and
+           the TopK custom call; gather, scatter; reduce (add, max, min,
+           multiply, and/or, argmax of (value, index)), reduce-window,
+           select-and-scatter; pad (negative, interior), slice, concatenate,
+           dynamic-(update-)slice, rng, rng-bit-generator, cholesky,
+           triangular-solve, batch norm, while loops and conditionals (the
+           kernels of their bodies and branches), elementwise ops, now and
+           then as a one-op kLoop fusion. Sizes are log-uniform, capped at
+           2e8 flops and 64 MB per kernel, for runtimes of about 1 us to a
+           few ms on a CPU. It draws from no programs and never ends.
+  fusions  from PROGRAMS (HLO), random connected groups of fusible ops that
+           XLA compiles into exactly one kernel.
+  sweeps   the example programs at other sizes, batches, sequence lengths
+           and dtypes.
+
+A source whose module this build lacks is refused with "source NAME is
+not available in this build".
+
+\b
+Opcodes of the table the ops source does not write, and why:
+{not_generated}
+
+Kernels are unique by fingerprint: a repeat of one already written, or
+one whose fingerprint is in a stream given with --exclude (plain or
+zstd), is skipped. The output is the same for the same --seed, sources
+and PROGRAMS. The run stops after --limit kernels, when every source has
+ended, or when 20000 candidates in a row gave nothing new.
+
+On stderr (unless -q): progress (a line updated in place on a terminal,
+else one a minute), then a summary: kernels per source and per opcode,
+duplicates and excluded kernels skipped, candidates that failed (with the
+first reasons).
+
+\b
+Examples:
+  tpuperf generate --source ops --limit 500 -o ops.zst
+  tpuperf generate --source ops --limit 50 | featurize | measure --backend cpu -o ops.msgpack
+  tpuperf generate --source ops --seed 7 --exclude 'shards/*.zst' -o more.zst
+  tpuperf generate --source fusions examples/hlo/*.hlo --limit 2000 -o fusions.zst
+
+\b
+Exit status:
+  0  success
+  1  a file cannot be read (a program, an --exclude stream)
+  2  bad usage: an unknown source, programs for sources that read none
+"""
+
+
+class _Progress:
+    """Kernels written so far: in place on a terminal, else a line a minute."""
+
+    def __init__(self, tty, prog):
+        self.tty, self.prog = tty, prog
+        self.start = self.last = time.monotonic()
+        self.shown = False
+
+    def update(self, summary, force=False):
+        now = time.monotonic()
+        if not force and now - self.last < (0.2 if self.tty else 60):
+            return
+        self.last = now
+        rate = summary.written / max(now - self.start, 1e-9)
+        line = (f"{self.prog}: {summary.written} kernels, {rate:.1f}/s, "
+                f"{summary.duplicates} duplicates, {summary.failures} failed")
+        if self.tty:
+            sys.stderr.write("\r" + line)
+            self.shown = True
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def close(self):
+        if self.shown:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+@click.command("generate", context_settings=CONTEXT,
+               help=HELP.format(not_generated=_not_generated()))
+@click.argument("programs", nargs=-1, type=click.Path(dir_okay=False))
+@click.option("--source", "sources", multiple=True, required=True,
+              type=click.Choice(list(SOURCES)),
+              help="A generator to draw kernels from (repeatable: taken in turn).")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Random seed: the same seed gives the same kernels.")
+@click.option("--limit", "-n", type=click.IntRange(0), default=1000, show_default=True,
+              metavar="N", help="Stop after N kernels (0: only when the sources end; "
+                                "ops never does).")
+@click.option("--exclude", "exclude", multiple=True, metavar="FILES",
+              help="Skip kernels whose fingerprint is in these record streams (shards, "
+                   "measured or not; plain or zstd). Repeatable; a glob in quotes is "
+                   "expanded.")
+@output_option(help="Where to write the kernel records: a file (zstd if it ends in .zst) or - "
+                    "for stdout.")
+@quiet_option(help="No progress or summary on stderr (errors always go there).")
+def cli(programs, sources, seed, limit, exclude, output, quiet):
+    import glob
+
+    from tpuperf_cli.errors import TpuperfError
+    from tpuperf_cli.generate.driver import (Summary, check_programs, excluded_fingerprints,
+                                             load_sources, run)
+
+    prog = "tpuperf generate"
+    names = list(dict.fromkeys(sources))
+    load_sources(names)                  # refuse a missing source before any work
+    check_programs(names, programs)
+    paths = []
+    for pattern in exclude:
+        found = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not found:
+            raise TpuperfError(f"--exclude {pattern}: no file matches")
+        paths += found
+    skip = excluded_fingerprints(paths)
+
+    def log(message):
+        if not quiet:
+            print(f"{prog}: {message}", file=sys.stderr)
+
+    summary = Summary()
+    progress = None if quiet else _Progress(sys.stderr.isatty(), prog)
+    writer = record_writer(output, "featurize")
+    to_stdout = output == "-"
+    try:
+        for record in run(names, seed, programs, limit or None, skip, log, summary):
+            writer.write(record)
+            if to_stdout:            # the reader downstream sees each record at once
+                writer.flush()
+            if progress:
+                progress.update(summary)
+    finally:
+        try:
+            writer.close()
+        except BrokenPipeError:
+            pass
+        if progress:
+            progress.close()
+        if not quiet:
+            for line in summary.lines(prog):
+                print(line, file=sys.stderr)
