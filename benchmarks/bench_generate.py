@@ -3,13 +3,18 @@
 (by fingerprint), the opcodes they hold, and for fusions the share of
 groups XLA:CPU compiled into one kernel (the kept rate).
 
-Each source runs for --seconds (after loading its programs) on the example
-programs in the train list of every split file. The reference, measured in
+Each source runs for --seconds or --count kernels, whichever comes first
+(after loading its programs), on the example programs in the train list of
+every split file (ops draws from none). The reference, measured in
 the same run, is what the example programs themselves give: an example
 program rebuilt by make_programs.py and split (distinct kernels per second);
 each source's figure is also printed as a ratio to it.
 
-    .venv/bin/python benchmarks/bench_generate.py                   # fusions and sweeps, 30 s each
+The coverage of each sample follows: kernels per record opcode (a fusion
+counts as fusion), and for ops per generated opcode (its program,
+ops:OPCODE).
+
+    .venv/bin/python benchmarks/bench_generate.py                   # ops, fusions and sweeps, 30 s each
     .venv/bin/python benchmarks/bench_generate.py --sources fusions --seconds 10
 """
 
@@ -42,7 +47,7 @@ def inner_opcodes(records):
     return ops
 
 
-def run_source(name, seed, seconds, progs):
+def run_source(name, seed, seconds, progs, count=None):
     lines = []
     records = []
     gen = source(name)(seed, progs, lines.append)
@@ -50,8 +55,10 @@ def run_source(name, seed, seconds, progs):
     for r in gen:
         if t0 is None:
             t0 = time.monotonic()      # the first kernel: loading is done
+        if not isinstance(r, dict):     # a Failed candidate (see generate.Failed)
+            continue
         records.append(r)
-        if time.monotonic() - t0 >= seconds:
+        if time.monotonic() - t0 >= seconds or (count and len(records) >= count):
             break
     elapsed = time.monotonic() - t0 if t0 else 0.0
     return records, elapsed, lines
@@ -73,15 +80,17 @@ def reference(seed_program="mlp_s_train"):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sources", nargs="+", default=["fusions", "sweeps"])
+    ap.add_argument("--sources", nargs="+", default=["ops", "fusions", "sweeps"])
     ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--count", type=int, default=5000, help="most kernels per source")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     progs = programs()
     ref = reference()
     print(f"reference: an example program rebuilt and split, {ref:.1f} distinct kernels/s")
     for name in a.sources:
-        records, elapsed, lines = run_source(name, a.seed, a.seconds, progs)
+        records, elapsed, lines = run_source(name, a.seed, a.seconds,
+                                             [] if name == "ops" else progs, a.count)
         if not records:
             print(f"{name}: no kernels ({lines[-1] if lines else 'no log'})")
             continue
@@ -95,6 +104,13 @@ def main():
         progress = [line for line in lines if "kept" in line]
         if progress:
             print(f"  {progress[-1]}")
+        by_opcode = collections.Counter(r["opcode"] for r in records)
+        print(f"  kernels per opcode ({len(by_opcode)}): "
+              + ", ".join(f"{o} {n}" for o, n in by_opcode.most_common()))
+        if name == "ops":
+            by_op = collections.Counter(r["program"].split(":", 1)[1] for r in records)
+            print(f"  kernels per generated opcode ({len(by_op)}): "
+                  + ", ".join(f"{o} {n}" for o, n in by_op.most_common()))
 
 
 if __name__ == "__main__":

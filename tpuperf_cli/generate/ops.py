@@ -30,7 +30,8 @@ from tpuperf_cli.records import Record
 MAX_FLOPS = 2e8          # per kernel
 MAX_BYTES = 64 << 20     # operands and result together
 MAX_ELEMS = 1 << 20      # of one cheap elementwise operand
-MIN_ELEMS = 256          # smaller ones take a few ns: below what measure resolves well
+MIN_ELEMS = 8192         # smaller ones take well under a microsecond
+MIN_FLOPS = 1e5          # of a dot or convolution, for the same reason
 # slow per element or per flop on a CPU (no vector units for them, or
 # emulated): their caps are smaller
 SLOW_FLOPS = 2e7
@@ -369,7 +370,7 @@ def _map(g: _Gen):
 # ---------------------------------------------------------------- data movement
 
 ANY = FLOATS + INTS + ("pred",)
-MOVE_ELEMS = 1 << 21     # of one data-movement operand (s8 copies would be 32M at 64 MB)
+MOVE_ELEMS = 1 << 20     # of one data-movement operand (s8 copies would be 32M at 64 MB)
 
 
 def _move_cap(dt, nbuf=2):
@@ -438,7 +439,7 @@ def _copy(g: _Gen):
 def _slice(g: _Gen):
     dt = g.choice(ANY)
     rank = g.randint(1, 4)
-    dims = g.dims(rank, _move_cap(dt), min_elems=2)
+    dims = g.dims(rank, _move_cap(dt), min_elems=MIN_ELEMS)
     spec, out = [], []
     for d in dims:
         start = g.randint(0, d - 1)
@@ -529,7 +530,7 @@ def _dynamic_slice(g: _Gen, update=False):
 
 def _gather_scatter_dims(g: _Gen, dt):
     rank = g.randint(1, 4)
-    dims = g.dims(rank, _move_cap(dt, 4))
+    dims = g.dims(rank, _move_cap(dt, 4), min_elems=MIN_ELEMS)
     k = g.randint(1, rank)
     index_map = sorted(g.r.sample(range(rank), k))
     collapsed = [d for d in index_map if g.rand() < 0.6]
@@ -537,8 +538,8 @@ def _gather_scatter_dims(g: _Gen, dt):
              else g.randint(1, dims[d]) for d in range(rank)]
     window = math.prod(sizes)
     # gather and scatter go one index at a time: cap the elements they move
-    batch_cap = max(1, (1 << 18) // window)
-    batch = g.dims(g.randint(1, 2), min(batch_cap, 1 << 16))
+    batch_cap = max(1, (1 << 16) // window)
+    batch = g.dims(g.randint(1, 2), min(batch_cap, 1 << 16), min_elems=min(16, batch_cap))
     return dims, index_map, collapsed, sizes, batch
 
 
@@ -595,7 +596,7 @@ def _reduce(g: _Gen):
     axes = sorted(g.r.sample(range(rank), g.randint(1, rank)))
     if g.rand() < 0.25:        # argmax/argmin: a variadic reduce of (value, index)
         dt = g.choice(("f32", "bf16", "f16"))
-        dims = g.dims(rank, 1 << 20)
+        dims = g.dims(rank, 1 << 20, min_elems=MIN_ELEMS)
         cmp = g.choice(("GT", "LT"))
         op.comps.append(
             f"%argreduce (v0: {dt}[], i0: s32[], v1: {dt}[], i1: s32[]) -> ({dt}[], s32[]) {{\n"
@@ -612,7 +613,7 @@ def _reduce(g: _Gen):
         return "reduce", op.text(shape, "reduce", [v, i, iv, ii],
                                  f"dimensions={{{','.join(map(str, axes))}}}, to_apply=%argreduce")
     dt = g.choice(FLOATS + INTS + ("pred",))
-    dims = g.dims(rank, _move_cap(dt))
+    dims = g.dims(rank, _move_cap(dt), min_elems=MIN_ELEMS)
     red = _reducer(op, g, dt)
     x = op.param(g.shape(dt, dims))
     init = op.param(f"{dt}[]")
@@ -650,7 +651,7 @@ def _window(g: _Gen, dims, allow_dilation=True):
 def _reduce_window(g: _Gen):
     dt = g.choice(("f32", "f32", "bf16", "f16", "s32", "s8"))
     rank = g.randint(1, 4)
-    dims = g.dims(rank, MAX_BYTES // 4 // BYTES.get(dt, 4))
+    dims = g.dims(rank, MAX_BYTES // 4 // BYTES.get(dt, 4), min_elems=MIN_ELEMS)
     attr, out, taps = _window(g, dims)
     while math.prod(out) * taps > SLOW_FLOPS:
         dims = [max(1, d // 2) for d in dims]
@@ -666,7 +667,7 @@ def _reduce_window(g: _Gen):
 def _select_and_scatter(g: _Gen):
     dt = g.choice(("f32", "f32", "bf16", "f16"))
     rank = g.randint(1, 4)
-    dims = g.dims(rank, MAX_BYTES // 4 // BYTES.get(dt, 4))
+    dims = g.dims(rank, MAX_BYTES // 4 // BYTES.get(dt, 4), min_elems=MIN_ELEMS)
     attr, out, taps = _window(g, dims, allow_dilation=False)
     while math.prod(dims) * taps > SLOW_FLOPS:
         dims = [max(1, d // 2) for d in dims]
@@ -689,7 +690,7 @@ def _select_and_scatter(g: _Gen):
 def _sort(g: _Gen):
     n_ops = g.choice((1, 1, 2, 3))
     rank = g.randint(1, 3)
-    dims = g.dims(rank, (1 << 15) // n_ops, min_elems=16)
+    dims = g.dims(rank, (1 << 15) // n_ops, min_elems=256)
     axis = g.randint(0, rank - 1)
     dts = [g.choice(("f32", "f32", "s32", "bf16", "u32", "f16"))] + \
         [g.choice(("s32", "f32", "u8")) for _ in range(n_ops - 1)]
@@ -738,7 +739,8 @@ def _dot(g: _Gen):
         nbytes = (math.prod(b) * (math.prod(lf) * math.prod(c) + math.prod(rf) * math.prod(c))
                   * BYTES[in_dt] + math.prod(b + lf + rf) * BYTES[out_dt])
         canonical = in_dt == "f32" and nb <= 1
-        if flops <= (MAX_FLOPS / 2 if canonical else SLOW_FLOPS / 2) and nbytes <= MAX_BYTES:
+        if MIN_FLOPS <= flops <= (MAX_FLOPS / 2 if canonical else SLOW_FLOPS / 2) \
+                and nbytes <= MAX_BYTES:
             break
     else:
         b, lf, rf, c = [1] * nb, [1] * nlf, [1] * nrf, [1] * nc
@@ -799,7 +801,7 @@ def _convolution(g: _Gen):
         # loop nest two orders of magnitude slower
         naive = (dt != "f32" or nsp == 3 or "lhs_dilate" in attr or bgroups > 1
                  or 1 < groups < cin)
-        if flops <= (2e6 if naive else MAX_FLOPS / 2) and nbytes <= MAX_BYTES:
+        if MIN_FLOPS / 10 <= flops <= (2e6 if naive else MAX_FLOPS / 2) and nbytes <= MAX_BYTES:
             break
     else:
         return _dot(g)
@@ -857,7 +859,7 @@ def _triangular_solve(g: _Gen):
     dt = g.choice(("f32", "f32", "f64"))
     n = g.logint(1, 256)
     m = g.logint(1, 256)
-    batch = [min(b, 16) for b in g.dims(g.randint(0, 1), 16)]
+    batch = [min(b, 16) for b in g.dims(g.randint(0, 1), max(1, int(5e6 // (n * n * m))))]
     left = g.rand() < 0.5
     op = _Op("triangular-solve")
     lay = _default_layout(len(batch) + 2)
@@ -874,7 +876,7 @@ def _batch_norm(g: _Gen):
     opcode = g.choice(("batch-norm-inference", "batch-norm-training", "batch-norm-grad"))
     dt = "f32"
     rank = g.randint(2, 4)
-    dims = g.dims(rank, MAX_BYTES // 16)
+    dims = g.dims(rank, 1 << 20, min_elems=MIN_ELEMS)
     fi = g.randint(0, rank - 1)
     c = dims[fi]
     op = _Op(opcode)
@@ -897,7 +899,7 @@ def _batch_norm(g: _Gen):
 def _rng(g: _Gen):
     dist = g.choice(("rng_uniform", "rng_normal"))
     dt = g.choice(("f32", "f64", "f16")) if dist == "rng_normal" else g.choice(("f32", "s32", "f64"))
-    dims = g.dims(g.randint(0, 3), 1 << 20)
+    dims = g.dims(g.randint(0, 3), 1 << 20, min_elems=MIN_ELEMS)
     op = _Op("rng")
     a, b = op.param(f"{dt}[]"), op.param(f"{dt}[]")
     return "rng", op.text(g.shape(dt, dims), "rng", [a, b], f"distribution={dist}")
@@ -906,7 +908,7 @@ def _rng(g: _Gen):
 def _rng_bit_generator(g: _Gen):
     alg = g.choice(("rng_default", "rng_three_fry", "rng_philox"))
     dt = g.choice(("u32", "u64", "u8", "u16"))
-    dims = g.dims(g.randint(1, 3), 1 << 20)
+    dims = g.dims(g.randint(1, 3), 1 << 20, min_elems=MIN_ELEMS)
     op = _Op("rng-bit-generator")
     s = op.param("u64[2]{0}")
     return "rng-bit-generator", op.text(f"(u64[2]{{0}}, {g.shape(dt, dims)})",
@@ -977,7 +979,7 @@ def _conditional(g: _Gen):
     """A two-branch conditional on a pred; its kernels are its branches' ops
     (count_known false: which branch runs is not known)."""
     dt = g.choice(("f32", "bf16"))
-    dims = g.dims(g.randint(1, 3), 1 << 20)
+    dims = g.dims(g.randint(1, 3), 1 << 20, min_elems=MIN_ELEMS)
     s = g.shape(dt, dims, _default_layout(len(dims)))
     ops = g.r.sample(("negate", "exponential", "sqrt", "abs", "floor", "tanh"), 2)
     branches = "".join(
@@ -1025,7 +1027,8 @@ GENERATORS.update({
 })
 # the heavy, varied ops are drawn more often: their space of shapes and
 # attributes is far larger than an elementwise op's
-WEIGHTS = {"convolution": 6, "dot": 5, "gather": 3, "scatter": 3, "reduce": 3,
+WEIGHTS = {"batch-norm-inference": 3, "complex": 3, "get-dimension-size": 0.3,
+           "rng-get-and-update-state": 0.3, "convolution": 6, "dot": 5, "gather": 3, "scatter": 3, "reduce": 3,
            "reduce-window": 3, "fft": 2, "sort": 2, "pad": 2, "slice": 2, "transpose": 2,
            "broadcast": 2, "reshape": 2, "copy": 2, "concatenate": 2, "while": 2}
 # the three batch-norm entries and complex/real/imag share one generator each
