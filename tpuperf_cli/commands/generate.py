@@ -15,7 +15,8 @@ def _not_generated():
     lines = []
     for why, ops in NOT_GENERATED.items():
         lines.append(f"  {why}:")
-        lines += textwrap.wrap(ops, 72, initial_indent="    ", subsequent_indent="    ")
+        lines += textwrap.wrap(ops, 72, initial_indent="    ", subsequent_indent="    ",
+                               break_on_hyphens=False)
     return "\n".join(lines)
 
 
