@@ -211,7 +211,10 @@ DIRECTIONS = ("EQ", "NE", "LT", "LE", "GT", "GE")
 def _elementwise_dims(g, opcode, dt, nbuf):
     cap = MAX_ELEMS // (8 if opcode in TRANSCENDENTAL else 1) // (4 if dt in ("f16", "bf16") else 1)
     cap = min(cap, MAX_BYTES // (nbuf * BYTES.get(dt, 4)))
-    return g.dims(g.randint(0, 4), cap, min_elems=MIN_ELEMS)
+    # a few scalars (loop counters and the like are kernels of their own)
+    if g.rand() < 0.04:
+        return []
+    return g.dims(g.randint(1, 4), cap, min_elems=MIN_ELEMS)
 
 
 def _unary(g: _Gen, opcode=None):
@@ -732,7 +735,7 @@ def _dot(g: _Gen):
     nb = g.choice((0, 0, 1, 1, 2))
     nlf, nrf = g.choice((1, 1, 1, 0, 2)), g.choice((1, 1, 1, 0, 2))
     nc = g.choice((1, 1, 1, 2))
-    for _ in range(20):
+    for _ in range(60):
         b = g.dims(nb, 64)
         lf, rf, c = g.dims(nlf, 4096), g.dims(nrf, 4096), g.dims(nc, 8192)
         flops = 2 * math.prod(b) * math.prod(lf) * math.prod(rf) * math.prod(c)
@@ -743,7 +746,7 @@ def _dot(g: _Gen):
                 and nbytes <= MAX_BYTES:
             break
     else:
-        b, lf, rf, c = [1] * nb, [1] * nlf, [1] * nrf, [1] * nc
+        b, lf, rf, c = [2] * nb, [32] * nlf, [32] * nrf, [64] * nc      # 1e5 to 1e8 flops
     # lhs dims: batch, free, contracting in a random order (batch first mostly)
     lhs_axes = [("b", k) for k in range(nb)] + [("f", k) for k in range(nlf)] + \
         [("c", k) for k in range(nc)]
@@ -845,7 +848,7 @@ def _fft(g: _Gen):
 def _cholesky(g: _Gen):
     dt = g.choice(("f32", "f32", "f64"))
     # XLA:CPU expands cholesky into a blocked loop of small ops: slow
-    n = g.logint(1, 64)
+    n = g.logint(4, 64)
     batch = g.dims(g.randint(0, 2), max(1, int(5e5 // n ** 3)))
     batch = [min(b, 16) for b in batch]
     op = _Op("cholesky")
