@@ -391,16 +391,29 @@ def _broadcast(g: _Gen):
                                 f"dimensions={{{','.join(map(str, keep))}}}")
 
 
+def _moves_data(dims, in_layout, perm, out_layout):
+    """Whether a transpose (or copy: perm the identity) from in_layout to
+    out_layout moves data: otherwise it is a bitcast, which XLA removes
+    and measure cannot time. Only dims larger than 1 count."""
+    src = [d for d in reversed(in_layout) if dims[d] > 1]
+    dst = [perm[d] for d in reversed(out_layout) if dims[perm[d]] > 1]
+    return src != dst
+
+
 def _transpose(g: _Gen):
     dt = g.choice(ANY)
-    rank = g.randint(2, 5)
-    dims = g.dims(rank, _move_cap(dt), min_elems=MIN_ELEMS)
-    perm = list(range(rank))
-    while perm == sorted(perm):
-        g.r.shuffle(perm)
+    for _ in range(20):
+        rank = g.randint(2, 5)
+        dims = g.dims(rank, _move_cap(dt), min_elems=MIN_ELEMS)
+        perm = list(range(rank))
+        while perm == sorted(perm):
+            g.r.shuffle(perm)
+        lin, lout = g.layout(rank), g.layout(rank)
+        if _moves_data(dims, lin, perm, lout):
+            break
     op = _Op("transpose")
-    x = op.param(g.shape(dt, dims))
-    return "transpose", op.text(g.shape(dt, [dims[p] for p in perm]), "transpose", [x],
+    x = op.param(g.shape(dt, dims, lin))
+    return "transpose", op.text(g.shape(dt, [dims[p] for p in perm], lout), "transpose", [x],
                                 f"dimensions={{{','.join(map(str, perm))}}}")
 
 
@@ -425,18 +438,24 @@ def _reshape(g: _Gen):
             out[i:i + 1] = list(_factor(out[i], g))
     if out == dims:
         out = [math.prod(dims)]
+    # with row-major layouts a reshape is a bitcast XLA removes: mostly other layouts
     op = _Op("reshape")
-    x = op.param(g.shape(dt, dims))
-    return "reshape", op.text(g.shape(dt, out), "reshape", [x])
+    x = op.param(g.shape(dt, dims, g.layout(len(dims), 0.3)))
+    return "reshape", op.text(g.shape(dt, out, g.layout(len(out), 0.3)), "reshape", [x])
 
 
 def _copy(g: _Gen):
+    """A copy that changes the layout (one that does not is removed by XLA)."""
     dt = g.choice(ANY)
-    rank = g.randint(1, 5)
-    dims = g.dims(rank, _move_cap(dt), min_elems=MIN_ELEMS)
+    for _ in range(20):
+        rank = g.randint(2, 5)
+        dims = g.dims(rank, _move_cap(dt), min_elems=MIN_ELEMS)
+        lin, lout = g.layout(rank, 0.3), g.layout(rank, 0.3)
+        if _moves_data(dims, lin, list(range(rank)), lout):
+            break
     op = _Op("copy")
-    x = op.param(g.shape(dt, dims, g.layout(rank, 0.3)))
-    return "copy", op.text(g.shape(dt, dims, g.layout(rank, 0.3)), "copy", [x])
+    x = op.param(g.shape(dt, dims, lin))
+    return "copy", op.text(g.shape(dt, dims, lout), "copy", [x])
 
 
 def _slice(g: _Gen):
@@ -445,8 +464,8 @@ def _slice(g: _Gen):
     dims = g.dims(rank, _move_cap(dt), min_elems=MIN_ELEMS)
     spec, out = [], []
     for d in dims:
-        start = g.randint(0, d - 1)
-        limit = g.randint(start + 1, d)
+        start = g.randint(0, d // 2)        # a slice of about half the dim or more
+        limit = g.randint(max(start + 1, d // 2), d)
         stride = g.choice((1, 1, 1, 2, 3)) if limit - start > 1 else 1
         spec.append(f"[{start}:{limit}:{stride}]" if stride != 1 else f"[{start}:{limit}]")
         out.append((limit - start + stride - 1) // stride)
@@ -518,7 +537,7 @@ def _dynamic_slice(g: _Gen, update=False):
     dt = g.choice(ANY)
     rank = g.randint(1, 4)
     dims = g.dims(rank, _move_cap(dt, 3), min_elems=MIN_ELEMS)
-    sizes = [g.randint(1, d) for d in dims]
+    sizes = [g.randint(max(1, d // 4), d) for d in dims]
     ity = g.choice(("s32", "s32", "s64", "u32"))
     op = _Op(opcode)
     x = op.param(g.shape(dt, dims))
@@ -939,8 +958,9 @@ def _get_dimension_size(g: _Gen):
 def _while(g: _Gen):
     """A scan-like loop: state (i, acc, xs); each trip reads xs[i], combines it
     into acc and writes acc into ys[i]. Its kernels: the condition's compare and
-    the body's dynamic-slice, reshape, elementwise op, dynamic-update-slice
-    and counter add (the while itself is not a kernel)."""
+    the body's dynamic-slice, elementwise op, dynamic-update-slice and
+    counter add (the while itself is not a kernel; the reshapes between a
+    row and its slice are bitcasts, as XLA leaves them, and no kernels)."""
     dt = g.choice(("f32", "f32", "bf16", "s32"))
     trip = g.logint(1, 512)
     row = g.dims(g.randint(1, 2), max(1, (MAX_BYTES // 8 // BYTES[dt]) // trip))
@@ -962,8 +982,8 @@ def _while(g: _Gen):
             f"  %z = s32[] constant(0)\n"
             f"  %sl = {r1} dynamic-slice(%xs, %i, {zeros}), "
             f"dynamic_slice_sizes={{1,{','.join(map(str, row))}}}\n"
-            f"  %x = {r} reshape(%sl)\n{comb}\n"
-            f"  %up = {r1} reshape(%acc2)\n"
+            f"  %x = {r} bitcast(%sl)\n{comb}\n"
+            f"  %up = {r1} bitcast(%acc2)\n"
             f"  %ys2 = {xs} dynamic-update-slice(%ys, %up, %i, {zeros})\n"
             f"  %one = s32[] constant(1)\n  %i2 = s32[] add(%i, %one)\n"
             f"  ROOT %t = {state} tuple(%i2, %acc2, %xs, %ys2)\n}}\n")
