@@ -136,8 +136,7 @@ def cli(programs, sources, seed, limit, exclude, output, quiet):
     import glob
 
     from tpuperf_cli.errors import TpuperfError
-    from tpuperf_cli.generate.driver import (Summary, check_programs, excluded_fingerprints,
-                                             load_sources, run)
+    from tpuperf_cli.generate.driver import Summary, check_programs, excluded_fingerprints, load_sources, run
 
     prog = "tpuperf generate"
     names = list(dict.fromkeys(sources))

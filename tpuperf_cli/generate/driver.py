@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.generate import SOURCES, Failed, source
-from tpuperf_cli.records import FINGERPRINT, OPCODE, PROGRAM, SOURCE, Record
+from tpuperf_cli.records import FINGERPRINT, OPCODE, SOURCE, Record
 
 # Sources that draw from the programs given (the others make kernels from nothing).
 PROGRAM_SOURCES = frozenset({"fusions", "sweeps"})
@@ -38,7 +38,8 @@ class Summary:
         return sum(self.by_source.values())
 
     def lines(self, prog: str) -> list[str]:
-        out = [f"{prog}: {self.written} kernels ({', '.join(f'{n} {s}' for s, n in sorted(self.by_source.items())) or 'none'}), "
+        per_source = ", ".join(f"{n} {s}" for s, n in sorted(self.by_source.items())) or "none"
+        out = [f"{prog}: {self.written} kernels ({per_source}), "
                f"{self.duplicates} duplicates skipped, {self.excluded} excluded, "
                f"{self.failures} failed"]
         if self.by_opcode:
