@@ -732,6 +732,10 @@ def _sort(g: _Gen):
     return "sort", op.text(out, "sort", xs, f"dimensions={{{axis}}}{stable}, to_apply=%cmp")
 
 
+# custom-call: XLA:CPU itself provides TopK (its runtime's top-k). jaxlib's
+# LAPACK targets (lapack_spotrf_ffi, ...) are registered only once jax's
+# linalg module set them up: called from a bare module they crash the
+# process (a segfault, tried), so they are left out.
 def _topk(g: _Gen, custom=False):
     dt = g.choice(("f32", "f32", "bf16")) if not custom else "f32"
     batch = g.dims(g.randint(0, 1), 1 << 10)
