@@ -130,6 +130,9 @@ def test_program_files_are_checked(tmp_path):
         driver.check_programs(["fusions"], [str(tmp_path / "missing.hlo")])
     with pytest.raises(TpuperfError, match="draws from no programs"):
         driver.check_programs(["ops"], ["x.hlo"])
+    driver.check_programs(["sweeps"], ["resnet_s_train"])     # sweeps takes names too
+    with pytest.raises(TpuperfError, match="resnet_s_train: no such file"):
+        driver.check_programs(["fusions"], ["resnet_s_train"])
 
 
 def _cli(args, **kw):

@@ -13,7 +13,6 @@ LAYERS = [
     ("tpuperf_cli.features",),
     ("tpuperf_cli.generate",),          # makes kernels from hlo, ops from features' table
     ("tpuperf_cli.measure",),
-    ("tpuperf_cli.generate",),           # sources draw on hlo (and may on features, measure)
     ("tpuperf_cli.metrics", "tpuperf_cli.split"),
     ("tpuperf_cli.model",),
     ("tpuperf_cli.eval", "tpuperf_cli.score"),

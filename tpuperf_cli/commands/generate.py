@@ -47,10 +47,16 @@ candidate each):
            then as a one-op kLoop fusion. Sizes are log-uniform, capped at
            2e8 flops and 64 MB per kernel, for runtimes of about 1 us to a
            few ms on a CPU. It draws from no programs and never ends.
-  fusions  from PROGRAMS (HLO), random connected groups of fusible ops that
-           XLA compiles into exactly one kernel.
-  sweeps   the example programs at other sizes, batches, sequence lengths
-           and dtypes.
+  fusions  from PROGRAMS (optimized HLO files), their fusions undone:
+           random connected producer-consumer groups of fusible ops, one
+           op to dozens, kept when XLA:CPU compiles the group into exactly
+           one kernel. Records: program fusions:..., origin the program.
+  sweeps   the example programs named in PROGRAMS (resnet_s_train, or its
+           file examples/hlo/resnet_s_train.hlo) rebuilt in JAX at other
+           batches, sizes, sequence lengths and dtypes, compiled by XLA:CPU
+           and split; needs a checkout (examples/make_programs.py). Ends
+           when every point of the grid is built. Records: program
+           sweeps:..., origin the example program.
 
 A source whose module this build lacks is refused with "source NAME is
 not available in this build".

@@ -78,8 +78,12 @@ def check_programs(names: Sequence[str], programs: Sequence[str]) -> None:
                            f"(program files are for {' and '.join(sorted(PROGRAM_SOURCES))})",
                            exit_code=2)
     for path in programs:
-        if not os.path.exists(path):
+        # sweeps also takes an example program by name (resnet_s_train)
+        bare = os.sep not in path and "." not in path
+        if not os.path.exists(path) and not (bare and "sweeps" in names):
             raise TpuperfError(f"{path}: no such file")
+        if not os.path.exists(path):
+            continue
         if not os.access(path, os.R_OK):
             raise TpuperfError(f"{path}: not readable")
 
@@ -106,6 +110,16 @@ def run(names: Sequence[str], seed: int, programs: Sequence[str], limit: int | N
     each (deterministic for a seed), without duplicates or excluded
     fingerprints, until `limit` were yielded (None: until the sources end)."""
     live = [(name, iter(fn(seed, list(programs), log))) for name, fn in load_sources(names)]
+    try:
+        yield from _take(live, limit, exclude, summary)
+    finally:
+        for _, it in live:      # a source may log its figures when closed
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+
+
+def _take(live, limit, exclude, summary):
     seen = set(exclude)
     stale = 0
     while live and (limit is None or summary.written < limit):
