@@ -28,7 +28,8 @@ from tpuperf_cli.errors import TpuperfError
                    "--task tile, a pairwise rank loss within each kernel: hinge (tile default) "
                    "or logistic.")
 @click.option("--epochs", type=click.IntRange(1), default=100, show_default=True, help="At most this many epochs.")
-@click.option("--batch-size", type=click.IntRange(1), default=64, show_default=True, help="Graphs per step.")
+@click.option("--batch-size", type=click.IntRange(1), default=64, show_default=True,
+              help="Graphs per step (under torchrun: in all, split across the processes).")
 @click.option("--lr", type=click.FloatRange(0, min_open=True), default=1e-3, show_default=True,
               help="Adam learning rate (cosine decay to a tenth over --epochs).")
 @click.option("--weight-decay", type=click.FloatRange(0), default=0.0, show_default=True, help="AdamW weight decay.")
@@ -166,6 +167,15 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
       tpuperf train --data 'shards/*.zst' -o model.pt --resume
       tpuperf train --data 'shards/*.zst' -o model.pt --resume --keep-state --epochs 200
       tpuperf train --data 'tpu/*.zst' -o tpu.pt --device cuda --gnn gat
+
+    Data-parallel across processes and hosts: start it with torchrun, e.g.
+    `torchrun --nproc_per_node 4 -m tpuperf_cli train ...` on one host, or
+    with --nnodes and --rdzv-endpoint on several (the shards and FILE on a
+    file system all hosts share). Every process learns the same scaling
+    from all shards, then decodes and trains on only its share of the
+    examples; gradients are averaged across processes each step (gloo on
+    CPU, NCCL with --device cuda: one GPU per process), and rank 0 writes
+    FILE, FILE.resume and the progress.
 
     To model your own hardware (a TPU, a GPU, another CPU), measure a
     corpus on it and train on that, e.g. per program P:

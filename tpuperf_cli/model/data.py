@@ -11,7 +11,9 @@ can check it alone. The examples and their scaling are model.examples'.
   then draws examples evenly across programs. When the decoded examples fit
   the memory budget they stay in memory; otherwise every epoch streams the
   shards again through a bounded shuffle buffer, so a corpus larger than
-  memory trains in bounded memory.
+  memory trains in bounded memory. With `shard=(rank, world)` (data-parallel
+  training, model.dist) a corpus still counts every record but decodes,
+  keeps and yields only the examples of its rank.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 
 from tpuperf_cli.errors import StreamError, TpuperfError
+from tpuperf_cli.model.dist import owner
 from tpuperf_cli.model.examples import Example, Scaler, example, kernel_features_error, slog, topological_order
-from tpuperf_cli.records import NODE_FEATURES, PROGRAM, RUNTIME_NS, TARGET, locate, target_identity
+from tpuperf_cli.records import KERNEL, NODE_FEATURES, PROGRAM, RUNTIME_NS, TARGET, locate, target_identity
 from tpuperf_cli.split import ProgramSet
 from tpuperf_cli.stream import read_records
 
@@ -148,10 +151,16 @@ class Corpus:
     configurations, up to `configs` of them drawn per epoch).
     memory_mb: budget for decoded examples kept in memory; a corpus larger
     than that is streamed from the shards every epoch instead.
+    shard: (rank, world) of a data-parallel run: `sizes` and `examples`
+    count all ranks' examples (the even draw's quotas are global), but only
+    this rank's (dist.owner) are kept, drawn and iterated; `local` counts
+    them. The scan still decodes every record, so the scaling and errors
+    are the same on every rank.
     """
 
     def __init__(self, paths: Iterable[str], programs: Iterable[str] | None = None, task: str = "fusion",
-                 memory_mb: float = 2048, configs: int = 16, interleave: int = 4, shuffle_items: int = 4096):
+                 memory_mb: float = 2048, configs: int = 16, interleave: int = 4, shuffle_items: int = 4096,
+                 shard: tuple[int, int] = (0, 1)):
         self.paths = list(paths)
         self.programs = ProgramSet(programs) if programs is not None else None
         self.task = task
@@ -166,18 +175,31 @@ class Corpus:
         self.targets = Counter()
         self.target_dicts = {}
         self.nbytes = 0
+        self.rank, self.world = shard
+        self.local = 0             # examples of this rank
 
     # -------------------------------------------------------- one pass
-    def _records(self, path):
+    def _records(self, path, mine_only=False):
+        """(example or None without runtime, record, number, name, whether
+        this rank owns it); mine_only skips other ranks' records undecoded."""
         name = path
+        index = self.paths.index(path) if self.world > 1 else 0   # spreads small shards' first records
         for number, record in enumerate(read_records(path), 1):
             if self.programs is not None and str(record.get(PROGRAM, "")) not in self.programs:
                 continue
             rt = record.get(RUNTIME_NS)
             if not isinstance(rt, (int, float)) or isinstance(rt, bool) or not rt > 0:
-                yield None, record, number, name
+                yield None, record, number, name, False
                 continue
-            yield example(record, number, name), record, number, name
+            mine = True
+            if self.world > 1:
+                group = (str(record.get(PROGRAM, "")), str(record.get(KERNEL, ""))) \
+                    if self.task == "tile" else None
+                mine = owner(index, self.world, group) == self.rank
+                index += 1
+                if mine_only and not mine:
+                    continue
+            yield example(record, number, name), record, number, name, mine
 
     def scan(self, scaler: Scaler | None = None, kernel_features: int | None = None) -> Corpus:
         """The first pass: fit scaler (if given), count programs, cache if it
@@ -188,7 +210,7 @@ class Corpus:
         groups = {}
         for path in self.paths:
             kept = []
-            for ex, record, number, name in self._records(path):
+            for ex, record, number, name, mine in self._records(path):
                 if ex is None:
                     self.skipped["no runtime_ns (unmeasured or failed)"] += 1
                     continue
@@ -207,6 +229,9 @@ class Corpus:
                     groups.setdefault(ex.program, set()).add(ex.kernel)
                 else:
                     self.sizes[ex.program] += 1
+                if not mine:
+                    continue
+                self.local += 1
                 if keep:
                     self.nbytes += ex.nbytes()
                     if self.nbytes > self.budget:
@@ -236,12 +261,12 @@ class Corpus:
         if self.cache is not None:
             yield from self.cache[path]
             return
-        for ex, *_ in self._records(path):
+        for ex, *_ in self._records(path, mine_only=True):
             if ex is not None:
                 yield ex
 
     def iter_examples(self) -> Iterator[Example]:
-        """Every example once, in shard order (for evaluation)."""
+        """Every example (of this rank) once, in shard order (for evaluation)."""
         for path in self.paths:
             yield from self._examples(path)
 

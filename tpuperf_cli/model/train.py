@@ -12,6 +12,10 @@ a progress line on stderr; the best model so far is written atomically to
 early-stopping counters) to `out + ".resume"`, so `resume=True` continues an
 interrupted run exactly where its last finished epoch left it (model.resume).
 The resume file is removed when training ends normally (keep_state=False).
+
+Under torchrun the run is data-parallel (model.dist): each process trains
+on its share of the examples and of every batch, gradients are averaged
+across processes, and only rank 0 writes files and progress.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from tpuperf_cli import __version__
 from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.model import check_device, set_threads
 from tpuperf_cli.model.data import Batch, Corpus, expand, make_batch
+from tpuperf_cli.model.dist import Dist
 from tpuperf_cli.model.examples import Scaler
 from tpuperf_cli.model.options import TrainOptions
 from tpuperf_cli.records import TARGET_KEYS
@@ -98,8 +103,11 @@ def batch_loss(net: Net, b: Batch, opts: TrainOptions, device: str) -> torch.Ten
 
 # ---------------------------------------------------------------- evaluation
 
-def evaluate(model: Model, corpus: Corpus, opts: TrainOptions, batch_size: int = 256) -> dict:
+def evaluate(model: Model, corpus: Corpus, opts: TrainOptions, batch_size: int = 256,
+             dist: Dist | None = None) -> dict:
     """Predictions on every example of a corpus and the figures of the task.
+    With a data-parallel `dist`, each rank predicts its share and the
+    predictions are gathered: every rank returns the same figures.
 
     Returns {"loss", "mape", "tau", "programs", "kernels"}: fusion: MSE of the
     standardised log runtime; median over programs of MAPE and Kendall's tau
@@ -123,6 +131,11 @@ def evaluate(model: Model, corpus: Corpus, opts: TrainOptions, batch_size: int =
             flush()
     if chunk:
         flush()
+    if dist is not None and dist.world > 1:
+        shares = dist.gather((preds, trues, keys))
+        preds = [p for share in shares for p in share[0]]
+        trues = [t for share in shares for t in share[1]]
+        keys = [k for share in shares for k in share[2]]
     if not keys:
         return {"loss": math.nan, "mape": math.nan, "tau": math.nan, "programs": 0, "kernels": 0}
     pred = np.concatenate(preds)
@@ -154,22 +167,25 @@ def _better(monitor, value, best):
 # ---------------------------------------------------------------- the data
 
 def load_data(data: Sequence[str], valid: Sequence[str] | None, split: str | None, opts: TrainOptions,
-              scaler: Scaler | None = None, progress: Callable[[str], None] = log) -> tuple[Corpus,
-              Corpus | None, Scaler]:
+              scaler: Scaler | None = None, progress: Callable[[str], None] = log,
+              dist: Dist | None = None) -> tuple[Corpus, Corpus | None, Scaler]:
     """(training corpus, validation corpus or None, scaler) for a run.
 
     The training corpus holds the records of `data` (of the split's "train"
     programs when split is given); validation is all of `valid`, else the
     split's "valid" programs of `data`. A scaler given (a resumed run's)
     is kept and the data must fit it; otherwise one is learnt from the
-    training corpus."""
+    training corpus. With a data-parallel `dist`, both corpora keep only
+    this rank's share of the examples (the scaling is learnt from all)."""
+    dist = dist or Dist()
+    shard = (dist.rank, dist.world)
     paths = expand(data, "--data")
     programs = valid_programs = None
     if split:
         s = load_split(split)
         programs = s["train"]
         valid_programs = s["valid"]
-    train_set = Corpus(paths, programs, opts.task, opts.memory_mb, opts.configs)
+    train_set = Corpus(paths, programs, opts.task, opts.memory_mb, opts.configs, shard=shard)
     if scaler is None:
         scaler = Scaler()
         train_set.scan(scaler)
@@ -184,11 +200,11 @@ def load_data(data: Sequence[str], valid: Sequence[str] | None, split: str | Non
     valid_set = None
     if valid:
         # --valid takes precedence over the split's "valid" programs: all its records validate
-        valid_set = Corpus(expand(valid, "--valid"), None, opts.task,
-                           opts.memory_mb, opts.configs).scan(kernel_features=scaler.kernel_features)
+        valid_set = Corpus(expand(valid, "--valid"), None, opts.task, opts.memory_mb, opts.configs,
+                           shard=shard).scan(kernel_features=scaler.kernel_features)
     elif valid_programs:
-        valid_set = Corpus(paths, valid_programs, opts.task, opts.memory_mb,
-                           opts.configs).scan(kernel_features=scaler.kernel_features)
+        valid_set = Corpus(paths, valid_programs, opts.task, opts.memory_mb, opts.configs,
+                           shard=shard).scan(kernel_features=scaler.kernel_features)
     if valid_set is not None and valid_set.examples == 0:
         progress("train: warning: no validation examples; training all epochs without early stopping")
         valid_set = None
@@ -196,6 +212,7 @@ def load_data(data: Sequence[str], valid: Sequence[str] | None, split: str | Non
     progress(f"train: {train_set.examples} examples from {len(train_set.sizes)} programs"
              f" in {len(paths)} shard(s)"
              + (f" ({skipped} records without runtime_ns skipped)" if skipped else "")
+             + (f", {train_set.local} on each of {dist.world} processes" if dist.world > 1 else "")
              + (", streamed (larger than --memory-mb)" if train_set.streaming else ", in memory")
              + (f"; validation {valid_set.examples} examples, {len(valid_set.sizes)} programs"
                 if valid_set else "; no validation data"))
@@ -208,7 +225,7 @@ class TrainingRun:
     """One training run: the network, its moving average, the optimizer and
     schedule, the sampling generator and the loop's counters."""
 
-    def __init__(self, net_cfg: NetConfig, scaler: Scaler, opts: TrainOptions):
+    def __init__(self, net_cfg: NetConfig, scaler: Scaler, opts: TrainOptions, dist: Dist | None = None):
         import copy
 
         import torch
@@ -216,6 +233,8 @@ class TrainingRun:
         from tpuperf_cli.model.net import Net
 
         self.net_cfg, self.scaler, self.opts = net_cfg, scaler, opts
+        self.dist = dist or Dist()
+        self.local_batch = self.dist.local_batch(opts.batch_size)
         net_cfg.in_features = scaler.width
         net_cfg.num_opcodes = max(net_cfg.num_opcodes, max(scaler.opcodes, default=0) + 1)
         torch.manual_seed(opts.seed)
@@ -228,7 +247,9 @@ class TrainingRun:
             self.ema_net = copy.deepcopy(self.net)
             for p in self.ema_net.parameters():
                 p.requires_grad_(False)
-        self.rng = np.random.default_rng(opts.seed)
+        # every rank seeds torch alike (the same initial weights); the sampling
+        # generator is the rank's own, as its examples are
+        self.rng = np.random.default_rng(opts.seed if self.dist.world == 1 else [opts.seed, self.dist.rank])
         self.epoch, self.best, self.best_epoch, self.bad, self.history, self.step = 0, None, 0, 0, [], 0
         self.name_written = None        # the name of the model last written to `out`
         self.lut = scaler.opcode_table(net_cfg.num_opcodes)
@@ -240,19 +261,23 @@ class TrainingRun:
         """What is validated and written to `out`: the moving average, if kept."""
         return self.ema_net if self.ema_net is not None else self.net
 
-    def train_epoch(self, train_set: Corpus) -> tuple[float, int]:
-        """One pass over an epoch's batches; (mean loss, graphs seen)."""
+    def train_step(self, examples: Sequence | None, groups: np.ndarray | None = None) -> tuple[int, float]:
+        """One optimizer step on this rank's share of a batch (None: this
+        rank has no more batches this epoch, while others may); (graphs in
+        the whole batch, their loss sum), (0, 0.0) when no rank had any."""
         import torch
 
         opts, cfg = self.opts, self.net_cfg
-        self.net.train()
-        total, steps, seen = 0.0, 0, 0
-        for examples, groups in train_set.batches(self.rng, opts.batch_size, opts.even):
+        self.optim.zero_grad(set_to_none=True)
+        n, loss_sum = 0, 0.0
+        if examples:
             b = make_batch(examples, self.scaler, self.lut, cfg.neighbors, self.sequence,
                            cfg.max_nodes, groups)
             loss = batch_loss(self.net, b, opts, opts.device)
-            self.optim.zero_grad()
             loss.backward()
+            n, loss_sum = len(examples), float(loss) * len(examples)
+        n, loss_sum = self.dist.reduce_gradients(self.net.parameters(), n, loss_sum)
+        if n:
             if opts.grad_clip:
                 torch.nn.utils.clip_grad_norm_(self.net.parameters(), opts.grad_clip)
             self.optim.step()
@@ -262,9 +287,24 @@ class TrainingRun:
                 with torch.no_grad():
                     for pe, p in zip(self.ema_net.parameters(), self.net.parameters()):
                         pe.mul_(decay).add_(p, alpha=1 - decay)
-            total += float(loss)
+        return n, loss_sum
+
+    def train_epoch(self, train_set: Corpus) -> tuple[float, int]:
+        """One pass over an epoch's batches; (mean loss, graphs seen), of
+        all ranks. A rank whose batches run out steps on with none until
+        every rank's have (the all-reduce needs them all)."""
+        opts = self.opts
+        self.net.train()
+        total, steps, seen = 0.0, 0, 0
+        batches = train_set.batches(self.rng, self.local_batch, opts.even)
+        while True:
+            examples, groups = next(batches, (None, None))
+            n, loss_sum = self.train_step(examples, groups)
+            if not n:
+                break
+            total += loss_sum / n
             steps += 1
-            seen += len(examples)
+            seen += n
         self.sched.step()
         if not steps:
             raise TpuperfError("an epoch drew no batches (tile task: every kernel needs at least "
@@ -275,7 +315,7 @@ class TrainingRun:
         """Validation figures into `figures`; (improved, progress text)."""
         opts = self.opts
         self.saved_net.eval()
-        v = evaluate(model, valid_set, opts)
+        v = evaluate(model, valid_set, opts, dist=self.dist)
         figures.update({f"valid_{k}": v[k] for k in ("loss", "mape", "tau")})
         metric = v[opts.monitor]
         improved = _better(opts.monitor, metric, self.best)
@@ -339,7 +379,26 @@ def train(data: Sequence[str], out: str | os.PathLike, net: NetConfig | None = N
     patience, max_time, memory_mb, threads and device take their new value
     (more epochs: the learning rate decays from where it was to lr/10 over
     the new last epoch), any other that differs is refused (exit 2).
+
+    Started by torchrun (WORLD_SIZE > 1 in the environment), every process
+    calls train alike and the run is data-parallel (model.dist): batch_size
+    is then the global batch, split across the processes.
     """
+    dist = Dist.from_env((opts or TrainOptions()).device)
+    try:
+        return _train(data, out, net, opts, valid, split, resume, keep_state, name,
+                      progress if dist.main else _silent, given, dist)
+    finally:
+        dist.close()
+
+
+def _silent(_line: str) -> None:
+    """Progress of the ranks other than 0: rank 0 speaks for the run."""
+
+
+def _train(data, out, net, opts, valid, split, resume, keep_state, name, progress, given, dist):
+    from dataclasses import replace
+
     from tpuperf_cli.model import resume as resuming
     from tpuperf_cli.model.config import NetConfig
     from tpuperf_cli.model.predict import Model, model_dict, save_atomic
@@ -352,20 +411,31 @@ def train(data: Sequence[str], out: str | os.PathLike, net: NetConfig | None = N
         state, opts, net_cfg = resuming.load_state(out, opts, net, given, progress)
     earlier = (state or {}).get("seconds", 0.0)      # seconds of the run before it was resumed
     set_threads(opts.threads or None)
+    opts = replace(opts, device=dist.device(opts.device))
     check_device(opts.device)
+    dist.local_batch(opts.batch_size)       # refuse a batch smaller than the processes before reading
     train_set, valid_set, scaler = load_data(
-        data, valid, split, opts, Scaler.from_dict(state["scaling"]) if state else None, progress)
+        data, valid, split, opts, Scaler.from_dict(state["scaling"]) if state else None, progress, dist)
 
-    run = TrainingRun(net_cfg, scaler, opts)
+    run = TrainingRun(net_cfg, scaler, opts, dist)
     if state is not None:
         resuming.restore(state, run)
+        ranks = state.get("rank_rngs")
+        if dist.world > 1:
+            # each rank's own sampling generator; a run resumed with another number of
+            # processes draws afresh (seeded by rank and epoch)
+            run.rng = np.random.default_rng([opts.seed, dist.rank, run.epoch])
+            if ranks and len(ranks) == dist.world:
+                run.rng.bit_generator.state = ranks[dist.rank]
     model = Model(run.saved_net, scaler, {"name": "training", "task": opts.task}, device=opts.device)
     stem = name or os.path.splitext(os.path.basename(os.fspath(out)))[0]
     target = train_set.target()
     if state is None:
         progress(f"train: {net_cfg.gnn} x{net_cfg.layers if net_cfg.gnn != 'none' else 0}, "
                  f"{net_cfg.reduction} reduction, hidden {net_cfg.hidden}, {run.parameters} parameters; "
-                 f"task {opts.task}, loss {opts.loss}, device {opts.device}")
+                 f"task {opts.task}, loss {opts.loss}, device {opts.device}"
+                 + (f"; {dist.world} processes ({dist.backend}), {run.local_batch} graphs per "
+                    f"process per step" if dist.world > 1 else ""))
 
     stopped = "epochs"
     for epoch in range(run.epoch + 1, opts.epochs + 1):
@@ -387,10 +457,18 @@ def train(data: Sequence[str], out: str | os.PathLike, net: NetConfig | None = N
             seconds = round(time.time() - t0 + earlier, 1)
             d = model_dict(run.saved_net, scaler, stem, opts.task, opts.loss, target,
                            _trained_info(run, train_set, data, valid, split, figures, seconds))
-            save_atomic(d, out)
+            if dist.world > 1:
+                d["trained"]["processes"] = dist.world
+            if dist.main:
+                save_atomic(d, out)
             run.name_written = d["name"]
-        elapsed = time.time() - t0 + earlier
-        save_atomic(resuming.snapshot(run, elapsed), resuming.state_path(out))
+        elapsed = dist.max(time.time() - t0 + earlier)     # the slowest rank's: all stop together
+        rank_rngs = dist.gather(run.rng.bit_generator.state) if dist.world > 1 else None
+        if dist.main:
+            snap = resuming.snapshot(run, elapsed)
+            if rank_rngs:
+                snap["rank_rngs"] = rank_rngs
+            save_atomic(snap, resuming.state_path(out))
         if valid_set is not None and run.bad >= opts.patience:
             stopped = f"no better validation {opts.monitor} for {opts.patience} epochs"
             break
@@ -398,9 +476,10 @@ def train(data: Sequence[str], out: str | os.PathLike, net: NetConfig | None = N
             stopped = f"time limit of {opts.max_time:.0f}s"
             break
     seconds = time.time() - t0 + earlier
-    _finish(out, run, seconds, stopped)
-    if not keep_state and os.path.exists(resuming.state_path(out)):
-        os.unlink(resuming.state_path(out))
+    if dist.main:
+        _finish(out, run, seconds, stopped)
+        if not keep_state and os.path.exists(resuming.state_path(out)):
+            os.unlink(resuming.state_path(out))
     summary = {"model": run.name_written, "out": os.fspath(out), "epochs": run.epoch,
                "best_epoch": run.best_epoch, "stopped": stopped, "seconds": round(seconds, 1),
                "parameters": run.parameters, "history": run.history}
