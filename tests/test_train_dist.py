@@ -82,6 +82,14 @@ def test_shards_split_the_examples(tmp_path):
     assert seen == sorted(ex.group for ex in whole.iter_examples())
     assert all(c.sizes == whole.sizes and c.examples == whole.examples for c in parts)
     assert [c.local for c in parts] == [10, 10, 10]
+    # streamed (over the memory budget): the same share, read again each time
+    streamed = [Corpus([str(path)], memory_mb=1e-3, shard=(r, 3)).scan(kernel_features=5) for r in range(3)]
+    assert all(c.streaming for c in streamed)
+    assert [[ex.group for ex in c.iter_examples()] for c in streamed] == \
+        [[ex.group for ex in c.iter_examples()] for c in parts]
+    rng = np.random.default_rng(0)
+    drawn = [ex.program for ex in streamed[1].epoch(rng)]
+    assert 5 < len(drawn) < 20 and set(drawn) <= set(whole.sizes)
     assert owner(5, 3, ("p", "k")) == owner(6, 3, ("p", "k"))
     tile = tmp_path / "t.zst"
     with RecordWriter(str(tile)) as w:
@@ -117,7 +125,8 @@ def corpus(tmp_path):
 @pytest.mark.slow
 def test_torchrun_trains_like_one_process(tmp_path, corpus):
     """`torchrun --nproc_per_node 2 -m tpuperf_cli train`: one model file,
-    progress once, no resume file left, and a validation loss near that of
+    progress once, a resume file with each rank's sampling state that a
+    resumed two-process run continues from, and a validation loss near that of
     one process (the ranks draw their own examples, so not the same
     weights), both far below an untrained model's."""
     d, split = corpus
@@ -126,15 +135,23 @@ def test_torchrun_trains_like_one_process(tmp_path, corpus):
             "--layers", "2", "--threads", "1"]
     two = tmp_path / "two.pt"
     one = tmp_path / "one.pt"
-    r2 = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                         "--nproc_per_node", "2", "-m", "tpuperf_cli", *args, "-o", str(two)],
-                        capture_output=True, text=True, env=env(), timeout=300)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                "-m", "tpuperf_cli"]
+    r2 = subprocess.run([*torchrun, *args, "-o", str(two), "--keep-state"], capture_output=True, text=True,
+                        env=env(), timeout=300)
     assert r2.returncode == 0, r2.stderr
+    state = torch.load(str(two) + ".resume", weights_only=True)
+    assert len(state["rank_rngs"]) == 2 and state["rank_rngs"][0] != state["rank_rngs"][1]
     r1 = subprocess.run([sys.executable, "-m", "tpuperf_cli", *args, "-o", str(one)],
                         capture_output=True, text=True, env=env(), timeout=300)
     assert r1.returncode == 0, r1.stderr
     assert r2.stderr.count("train: wrote") == 1 and r2.stderr.count("epoch   6/6") == 1, r2.stderr
     assert "2 processes (gloo), 4 graphs per process per step" in r2.stderr
+    # resumed, still on two processes
+    r3 = subprocess.run([*torchrun, *args, "-o", str(two), "--resume", "--epochs", "7"], capture_output=True,
+                        text=True, env=env(), timeout=300)
+    assert r3.returncode == 0, r3.stderr
+    assert r3.stderr.count("resuming") == 1 and r3.stderr.count("epoch   7/7") == 1, r3.stderr
     assert not os.path.exists(str(two) + ".resume")
     m1 = torch.load(one, weights_only=True)["trained"]
     m2 = torch.load(two, weights_only=True)["trained"]

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""A plain LightGBM beside the GNN: the same features, training programs
+and test programs, scored the same way (benchmarks/bench_accuracy.py).
+
+Features of a kernel, one row each: its kernel_feat; node_feat pooled over
+its nodes (sum, mean and max of each of the 140 columns); how many nodes
+of each opcode; node and edge counts. Target: log runtime, fitted with L2
+loss (gradient-boosted trees, --trees at most, early stopping on the
+split's "valid" programs). For every program of the split's "test" list:
+MAPE and Kendall's tau on kernels >= --min-us, and the whole-program
+error (bench_accuracy.per_program); the table gives their medians over
+programs for LightGBM and for the GNN (--model, default the bundled one,
+predicting the same records in this run), and LightGBM's MAPE over the
+GNN's. A GNN that was trained on some of the test programs (the bundled
+model on manual.json, whose test programs are mostly in random.json's
+train list) is marked so: its figures on that split are not held-out.
+
+Needs lightgbm (pip install -e '.[bench]').
+
+    .venv/bin/python benchmarks/bench_lightgbm.py                      # random.json and manual.json
+    .venv/bin/python benchmarks/bench_lightgbm.py --split examples/splits/random.json --model m.pt
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_accuracy import load, per_program  # noqa: E402
+
+from tpuperf_cli import metrics  # noqa: E402
+from tpuperf_cli.model.examples import example  # noqa: E402
+from tpuperf_cli.records import NODE_FEATURES  # noqa: E402
+
+OPCODES = 256        # opcode-count columns (ids beyond share the last)
+
+
+def features(examples):
+    """One row per kernel: kernel_feat, node_feat sum/mean/max, opcode counts, sizes."""
+    rows = []
+    for ex in examples:
+        nf = ex.node_feat.astype(np.float64)
+        counts = np.bincount(np.clip(ex.opcode, 0, OPCODES - 1), minlength=OPCODES)
+        rows.append(np.concatenate([ex.kernel_feat, nf.sum(0), nf.mean(0), nf.max(0), counts,
+                                    [ex.n, ex.edges.shape[0]]]))
+    return np.asarray(rows, np.float64)
+
+
+def column_names(kernel_features):
+    return ([f"kernel_{i}" for i in range(kernel_features)]
+            + [f"{how}_node_{i}" for how in ("sum", "mean", "max") for i in range(NODE_FEATURES)]
+            + [f"opcode_{i}" for i in range(OPCODES)] + ["nodes", "edges"])
+
+
+def fit(train, valid, args):
+    import lightgbm
+
+    xt = features([example(r, i) for i, r in enumerate(train, 1)])
+    yt = np.log([r["runtime_ns"] for r in train])
+    gbm = lightgbm.LGBMRegressor(n_estimators=args.trees, learning_rate=args.lr, num_leaves=args.leaves,
+                                 min_child_samples=10, subsample=0.8, subsample_freq=1,
+                                 colsample_bytree=0.5, n_jobs=args.threads, random_state=0, verbose=-1)
+    callbacks, eval_set = [], None
+    if valid:
+        xv = features([example(r, i) for i, r in enumerate(valid, 1)])
+        eval_set = [(xv, np.log([r["runtime_ns"] for r in valid]))]
+        callbacks = [lightgbm.early_stopping(50, verbose=False)]
+    gbm.fit(xt, yt, eval_set=eval_set, callbacks=callbacks)
+    return gbm
+
+
+def one_split(split_path, model, args):
+    split = json.load(open(split_path))
+    train = load(args.corpus, split["train"])
+    valid = load(args.corpus, split["valid"]) if split.get("valid") else []
+    test = load(args.corpus, split["test"])
+    min_ns = args.min_us * 1000
+    test_ex = [example(r, i) for i, r in enumerate(test, 1)]
+
+    t = time.time()
+    gbm = fit(train, valid, args)
+    t_fit = time.time() - t
+    pred_l = np.exp(gbm.predict(features(test_ex)))
+    pred_g = model.predict_examples(test_ex)
+
+    fields = ("mape", "tau", "total_ape")
+    med_l, _ = metrics.summarize(per_program(test, pred_l, min_ns), fields)
+    med_g, _ = metrics.summarize(per_program(test, pred_g, min_ns), fields)
+    seen = set(model.meta.get("trained", {}).get("programs", [])) & set(split["test"])
+    return {"split": os.path.basename(split_path), "programs": len(split["test"]), "kernels": len(test),
+            "train_kernels": len(train), "trees": int(gbm.best_iteration_ or args.trees),
+            "fit_seconds": round(t_fit, 1), "lightgbm": med_l, "gnn": med_g,
+            "gnn_trained_on_test": len(seen)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--split", action="append",
+                    help="split file(s) (default: examples/splits/random.json and manual.json)")
+    ap.add_argument("--model", help="the GNN to compare with (default: the bundled model)")
+    ap.add_argument("--corpus", default=os.path.join(ROOT, "examples/corpus/graphs"))
+    ap.add_argument("--min-us", type=float, default=5.0)
+    ap.add_argument("--trees", type=int, default=2000, help="at most this many trees")
+    ap.add_argument("--lr", type=float, default=0.03)
+    ap.add_argument("--leaves", type=int, default=31)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = ap.parse_args()
+    try:
+        import lightgbm  # noqa: F401
+    except ImportError:
+        sys.exit("bench_lightgbm: needs lightgbm: pip install -e '.[bench]'")
+    from tpuperf_cli.model.predict import load_model
+
+    model = load_model(args.model)
+    splits = args.split or [os.path.join(ROOT, "examples/splits", s) for s in ("random.json", "manual.json")]
+    results = [one_split(s, model, args) for s in splits]
+    if args.json:
+        print(json.dumps({"model": model.name, "results": results}, indent=1))
+        return
+    print(f"median over test programs, kernels >= {args.min_us:g} us; GNN: model {model.name}; "
+          f"LightGBM: log runtime, L2, early stopping on the split's valid programs, {args.threads} thread(s)")
+    head = (f"{'split':12s} {'progs':>5s} {'kernels':>7s} | {'GNN MAPE':>8s} {'tau':>6s} {'prog.err':>8s} | "
+            f"{'LGBM MAPE':>9s} {'tau':>6s} {'prog.err':>8s} {'trees':>5s} | {'LGBM/GNN':>8s}")
+    print(head)
+    print("-" * len(head))
+    for r in results:
+        g, lg = r["gnn"], r["lightgbm"]
+        mark = "*" if r["gnn_trained_on_test"] else " "
+        print(f"{r['split']:12s} {r['programs']:5d} {r['kernels']:7d} | {g['mape']:7.1f}%{mark} {g['tau']:6.3f} "
+              f"{g['total_ape']:7.1f}% | {lg['mape']:8.1f}% {lg['tau']:6.3f} {lg['total_ape']:7.1f}% "
+              f"{r['trees']:5d} | {lg['mape'] / g['mape']:7.2f}x")
+    for r in results:
+        if r["gnn_trained_on_test"]:
+            print(f"* {r['split']}: the GNN was trained on {r['gnn_trained_on_test']} of its "
+                  f"{r['programs']} test programs: not a held-out figure")
+
+
+if __name__ == "__main__":
+    main()
