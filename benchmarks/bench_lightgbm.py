@@ -37,7 +37,6 @@ from bench_accuracy import load, per_program  # noqa: E402
 
 from tpuperf_cli import metrics  # noqa: E402
 from tpuperf_cli.model.examples import example  # noqa: E402
-from tpuperf_cli.records import NODE_FEATURES  # noqa: E402
 
 OPCODES = 256        # opcode-count columns (ids beyond share the last)
 
@@ -53,27 +52,21 @@ def features(examples):
     return np.asarray(rows, np.float64)
 
 
-def column_names(kernel_features):
-    return ([f"kernel_{i}" for i in range(kernel_features)]
-            + [f"{how}_node_{i}" for how in ("sum", "mean", "max") for i in range(NODE_FEATURES)]
-            + [f"opcode_{i}" for i in range(OPCODES)] + ["nodes", "edges"])
-
-
 def fit(train, valid, args):
     import lightgbm
 
     xt = features([example(r, i) for i, r in enumerate(train, 1)])
     yt = np.log([r["runtime_ns"] for r in train])
-    gbm = lightgbm.LGBMRegressor(n_estimators=args.trees, learning_rate=args.lr, num_leaves=args.leaves,
-                                 min_child_samples=10, subsample=0.8, subsample_freq=1,
-                                 colsample_bytree=0.5, n_jobs=args.threads, random_state=0, verbose=-1)
-    callbacks, eval_set = [], None
+    params = {"objective": "regression", "learning_rate": args.lr, "num_leaves": args.leaves,
+              "min_data_in_leaf": 10, "bagging_fraction": 0.8, "bagging_freq": 1,
+              "feature_fraction": 0.5, "num_threads": args.threads, "seed": 0, "verbose": -1}
+    data = lightgbm.Dataset(xt, yt)
+    sets, callbacks = [], []
     if valid:
         xv = features([example(r, i) for i, r in enumerate(valid, 1)])
-        eval_set = [(xv, np.log([r["runtime_ns"] for r in valid]))]
+        sets = [lightgbm.Dataset(xv, np.log([r["runtime_ns"] for r in valid]), reference=data)]
         callbacks = [lightgbm.early_stopping(50, verbose=False)]
-    gbm.fit(xt, yt, eval_set=eval_set, callbacks=callbacks)
-    return gbm
+    return lightgbm.train(params, data, num_boost_round=args.trees, valid_sets=sets, callbacks=callbacks)
 
 
 def one_split(split_path, model, args):
@@ -87,7 +80,7 @@ def one_split(split_path, model, args):
     t = time.time()
     gbm = fit(train, valid, args)
     t_fit = time.time() - t
-    pred_l = np.exp(gbm.predict(features(test_ex)))
+    pred_l = np.exp(gbm.predict(features(test_ex), num_iteration=gbm.best_iteration or None))
     pred_g = model.predict_examples(test_ex)
 
     fields = ("mape", "tau", "total_ape")
@@ -95,7 +88,7 @@ def one_split(split_path, model, args):
     med_g, _ = metrics.summarize(per_program(test, pred_g, min_ns), fields)
     seen = set(model.meta.get("trained", {}).get("programs", [])) & set(split["test"])
     return {"split": os.path.basename(split_path), "programs": len(split["test"]), "kernels": len(test),
-            "train_kernels": len(train), "trees": int(gbm.best_iteration_ or args.trees),
+            "train_kernels": len(train), "trees": int(gbm.best_iteration or gbm.num_trees()),
             "fit_seconds": round(t_fit, 1), "lightgbm": med_l, "gnn": med_g,
             "gnn_trained_on_test": len(seen)}
 
