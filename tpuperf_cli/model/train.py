@@ -385,11 +385,14 @@ def train(data: Sequence[str], out: str | os.PathLike, net: NetConfig | None = N
     is then the global batch, split across the processes.
     """
     dist = Dist.from_env((opts or TrainOptions()).device)
+    finished = False
     try:
-        return _train(data, out, net, opts, valid, split, resume, keep_state, name,
-                      progress if dist.main else _silent, given, dist)
+        summary = _train(data, out, net, opts, valid, split, resume, keep_state, name,
+                         progress if dist.main else _silent, given, dist)
+        finished = True
+        return summary
     finally:
-        dist.close()
+        dist.close(finished)
 
 
 def _silent(_line: str) -> None:
