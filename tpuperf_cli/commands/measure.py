@@ -116,11 +116,20 @@ def _cpus(ctx, param, value):
 @click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
               metavar="SECONDS",
               help="Give up on a kernel (error kind timeout) after this long.")
+@click.option("--jobs", "-j", type=click.IntRange(1), default=None, metavar="N",
+              help="Time on N worker processes at once, each pinned to its own CPUs (--cpus "
+                   "of them); chunks of --batch kernels go to whichever is free, and the "
+                   "output stays in input order. With --ray: N Ray workers. [default: 1; "
+                   "with --ray, one per CPU (or accelerator) of the cluster]")
+@click.option("--ray", "ray_address", default=None, metavar="auto|ADDRESS",
+              help="Time on a Ray cluster (pip install -e '.[dist]'): auto joins the one "
+                   "this machine belongs to (or $RAY_ADDRESS), ADDRESS is its head "
+                   "(host:port or ray://host:port).")
 @output_option(help="Where to write the measured records: a file (zstd if it ends in .zst) or "
                     "- for stdout.")
 @quiet_option(help="No summary on stderr.")
 def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_errors, progress,
-        cpus, clock, timeout, output, quiet):
+        cpus, clock, timeout, jobs, ray_address, output, quiet):
     """Time kernels on a real device through XLA and add their runtimes.
 
     Reads kernel records (hlo-split) or graph records (featurize) from the
@@ -242,18 +251,21 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
     """
     from tpuperf_cli.measure import MeasureSession
     from tpuperf_cli.measure.cache import Cache
-    from tpuperf_cli.measure.device import MeasureError
-    from tpuperf_cli.measure.worker import IsolatedMeasurer
+    from tpuperf_cli.measure.parallel import LocalPool, measure_chunks
     from tpuperf_cli.stream import read_records
 
     prog = click.get_current_context().info_name or "measure"
     refuse_terminal(output, "predict")
     seconds = parse_duration(min_time)
-    try:
-        measurer = IsolatedMeasurer(backend, samples=samples, min_time=seconds, timeout=timeout,
-                                    cpus=cpus, clock=clock)
-    except MeasureError as e:
-        raise TpuperfError(e.message) from None
+    settings = dict(backend=backend, samples=samples, min_time=seconds, timeout=timeout,
+                    cpus=cpus, clock=clock)
+    if ray_address is not None:
+        from tpuperf_cli.measure.distributed import RayPool
+
+        measurer = RayPool(ray_address, jobs, log=lambda m: print(f"{prog}: {m}", file=sys.stderr),
+                           **settings)
+    else:
+        measurer = LocalPool(jobs or 1, **settings)
     cache = None if no_cache else Cache(cache_dir)
 
     def warn(message):
@@ -284,19 +296,23 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
         measurer.close()
         raise
     to_stdout = output == "-"
+
+    def emit(chunk):
+        for record in chunk:
+            # a record is written whole or not at all, even under Ctrl-C
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+            try:
+                writer.write(record)
+                if to_stdout:  # the reader downstream sees each record at once
+                    writer.flush()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            bar.step(str(record.get("kernel", "")))
+
     try:
-        for chunk in _chunks(records, batch, session.check):
-            session.update_many(chunk)
-            for record, _, _ in chunk:
-                # a record is written whole or not at all, even under Ctrl-C
-                old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-                try:
-                    writer.write(record)
-                    if to_stdout:  # the reader downstream sees each record at once
-                        writer.flush()
-                finally:
-                    signal.pthread_sigmask(signal.SIG_SETMASK, old)
-                bar.step(str(record.get("kernel", "")))
+        # a few chunks queued per worker, so that none waits for the next
+        window = 2 * getattr(measurer, "size", 1) + 2
+        measure_chunks(session, measurer, _chunks(records, batch, session.check), emit, window)
         if bad_input is not None:
             raise bad_input
     finally:

@@ -56,6 +56,7 @@ class MeasureSession:
         self.warn = warn
         self._memo = {}  # kernel key -> result, for this run (even without a cache)
         self._seen = set()  # kernel keys of the records handled so far
+        self._pending = set()  # kernel keys handed to a worker, not stored yet
         self.timed = 0
         self.from_cache = 0
         self.repeated = 0
@@ -83,12 +84,24 @@ class MeasureSession:
         """Add the measurement fields to records in place and return them.
         items: (record, number, source name) triples. The kernels neither
         measured in this run nor cached are timed together (interleaved)."""
+        chunk = self.prepare(items)
+        if chunk.todo:
+            self.store(chunk, self.measurer.measure_many(chunk.texts()))
+        return self.finish(chunk)
+
+    # The three steps of update_many, apart, for measuring chunks on
+    # several workers at once (parallel.py): prepare and store may run for
+    # many chunks in any order, finish in input order, and all of them in
+    # the one thread that owns the cache.
+    def prepare(self, items: Sequence[tuple[Record, int | None, str | None]]) -> "Chunk":
+        """Key the records and look them up; the chunk's `todo` are the
+        kernels to time (none already timed, cached or being timed)."""
         keyed = []
         todo = OrderedDict()  # key -> text, to time now
         for record, number, name in items:
             key = self._key(record, number, name)
             keyed.append((record, key))
-            if key in self._memo or key in todo:
+            if key in self._memo or key in todo or key in self._pending:
                 continue
             hit = self._cached(key)
             if hit is not None:
@@ -96,17 +109,27 @@ class MeasureSession:
                 self.from_cache += 1
             else:
                 todo[key] = record[HLO]
-        if todo:
-            results = self.measurer.measure_many(list(todo.values()))
-            for key, result in zip(todo, results):
-                self._store(key, _as_row(result))
-            self.timed += len(todo)
-        for record, key in keyed:
+        self._pending.update(todo)
+        return Chunk(keyed, todo)
+
+    def store(self, chunk: "Chunk", results: Sequence[Measurement | MeasureError]) -> None:
+        """Keep (and cache) the results of timing chunk.todo, in its order."""
+        if len(results) != len(chunk.todo):
+            raise TpuperfError(f"{len(results)} result(s) for {len(chunk.todo)} kernel(s)")
+        for key, result in zip(chunk.todo, results):
+            self._store(key, _as_row(result))
+            self._pending.discard(key)
+        self.timed += len(chunk.todo)
+
+    def finish(self, chunk: "Chunk") -> list[Record]:
+        """Add the fields to the chunk's records (every kernel in it must be
+        stored by now) and return them."""
+        for record, key in chunk.keyed:
             if key in self._seen:
                 self.repeated += 1
             self._seen.add(key)
             self._apply(record, self._memo[key])
-        return [record for record, _ in keyed]
+        return [record for record, _ in chunk.keyed]
 
     def update(self, record: Record, number: int | None = None, name: str | None = None) -> Record:
         """Add the measurement fields to one record (in place) and return it."""
@@ -173,6 +196,20 @@ class MeasureSession:
             if more > 0:
                 lines.append(f"{prog}:     ... and {more} other message(s)")
         return lines
+
+
+class Chunk:
+    """Records keyed (record, kernel key) and the kernels among them to
+    time (key -> text), as MeasureSession.prepare made them."""
+
+    __slots__ = ("keyed", "todo")
+
+    def __init__(self, keyed, todo):
+        self.keyed = keyed
+        self.todo = todo
+
+    def texts(self) -> list[str]:
+        return list(self.todo.values())
 
 
 def _as_row(result):

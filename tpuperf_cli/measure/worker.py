@@ -24,21 +24,28 @@ from .device import MeasureError, Measurement, error_text
 class IsolatedMeasurer:
     """The Measurer interface (measure, measure_many, target, key) over a
     child process. timeout: seconds one kernel may take, compile included;
-    cpus: pin the child to that many CPUs (None: all)."""
+    cpus: pin the child to that many CPUs (None: all), the last ones of its
+    affinity set, or to the CPU ids in cpu_list (measure --jobs gives each
+    child its own)."""
 
     def __init__(self, backend: str | None = None, samples: int = 15, min_time: float = 0.0005,
-                 timeout: float = 300.0, cpus: int | None = None, clock: str = "auto"):
+                 timeout: float = 300.0, cpus: int | None = None, clock: str = "auto",
+                 cpu_list: Sequence[int] | None = None):
         self.config = {"backend": backend, "samples": samples, "min_time": float(min_time),
-                       "cpus": cpus, "clock": clock}
+                       "cpus": cpus, "clock": clock,
+                       "cpu_list": sorted(cpu_list) if cpu_list else None}
         self.samples = samples
         self.min_time = float(min_time)
         self.timeout = timeout
         self._proc = None
+        self._closed = False
         self._start()
 
     def _start(self):
         import msgpack
 
+        if self._closed:  # closed by another thread (measure --jobs)
+            raise MeasureError("crash", "measurer closed")
         self._errlog = tempfile.TemporaryFile()
         code = "from tpuperf_cli.measure.worker import worker_main; worker_main()"
         env = dict(os.environ)
@@ -46,6 +53,9 @@ class IsolatedMeasurer:
         self._proc = subprocess.Popen(
             [sys.executable, "-c", code, json.dumps(self.config)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._errlog, env=env)
+        if self._closed:
+            self._kill()
+            raise MeasureError("crash", "measurer closed")
         self._unpacker = msgpack.Unpacker(raw=False)
         hello = self._receive(120.0)
         if not isinstance(hello, dict) or "fatal" in hello:
@@ -87,6 +97,8 @@ class IsolatedMeasurer:
         timeout) that concerns the whole batch."""
         import msgpack
 
+        if self._closed:
+            raise MeasureError("crash", "measurer closed")
         if self._proc is None or self._proc.poll() is not None:
             self._start()
         try:
@@ -129,20 +141,22 @@ class IsolatedMeasurer:
         return result
 
     def _kill(self):
-        if self._proc is not None:
-            if self._proc.poll() is None:
-                self._proc.kill()
-            self._proc.wait()
-            for f in (self._proc.stdin, self._proc.stdout):
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for f in (proc.stdin, proc.stdout):
                 try:
                     f.close()
                 except OSError:
                     pass
-            self._proc = None
 
     def close(self) -> None:
         """Stop the child at once (it holds nothing worth waiting for: every
-        result is already with the parent)."""
+        result is already with the parent). Safe from another thread than
+        the one measuring: that one then gets a crash, and starts no child."""
+        self._closed = True
         self._kill()
         try:
             self._errlog.close()
@@ -182,7 +196,11 @@ def worker_main() -> None:
         out.flush()
 
     try:
-        if config.get("cpus"):
+        if config.get("cpu_list"):
+            os.sched_setaffinity(0, config["cpu_list"])
+            if len(config["cpu_list"]) == 1:
+                single_threaded_xla()
+        elif config.get("cpus"):
             pin_cpus(config["cpus"])
             if config["cpus"] == 1:
                 single_threaded_xla()
