@@ -249,24 +249,46 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
     stream, a record without hlo text or a backend that is not present,
     130 when interrupted.
     """
-    from tpuperf_cli.measure import MeasureSession
-    from tpuperf_cli.measure.cache import Cache
-    from tpuperf_cli.measure.parallel import LocalPool, measure_chunks
-    from tpuperf_cli.stream import read_records
+    from tpuperf_cli.measure.parallel import LocalPool
 
     prog = click.get_current_context().info_name or "measure"
     refuse_terminal(output, "predict")
     seconds = parse_duration(min_time)
     settings = dict(backend=backend, samples=samples, min_time=seconds, timeout=timeout,
                     cpus=cpus, clock=clock)
+    data_stdout = sys.stdout
     if ray_address is not None:
         from tpuperf_cli.measure.distributed import RayPool
 
-        measurer = RayPool(ray_address, jobs, log=lambda m: print(f"{prog}: {m}", file=sys.stderr),
-                           **settings)
+        # Ray prints its workers' deaths to sys.stdout: keep it off the data
+        sys.stdout = sys.stderr
+        try:
+            measurer = RayPool(ray_address, jobs, log=lambda m: print(f"{prog}: {m}", file=sys.stderr),
+                               **settings)
+        except BaseException:
+            sys.stdout = data_stdout
+            raise
     else:
         measurer = LocalPool(jobs or 1, **settings)
-    cache = None if no_cache else Cache(cache_dir)
+    try:
+        _measure(prog, measurer, data_stdout, inputs, batch, cache_dir, no_cache, retry_errors,
+                 progress, output, quiet)
+    finally:
+        sys.stdout = data_stdout
+
+
+def _measure(prog, measurer, data_stdout, inputs, batch, cache_dir, no_cache, retry_errors,
+             progress, output, quiet):
+    from tpuperf_cli.measure import MeasureSession
+    from tpuperf_cli.measure.cache import Cache
+    from tpuperf_cli.measure.parallel import measure_chunks
+    from tpuperf_cli.stream import read_records
+
+    try:
+        cache = None if no_cache else Cache(cache_dir)
+    except TpuperfError:
+        measurer.close()
+        raise
 
     def warn(message):
         print(f"{prog}: warning: {message}", file=sys.stderr)
@@ -290,11 +312,14 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
         records, bad_input = _read_all(records)
         total = len(records)
     bar = _Progress(total, show and total is not None, prog)
+    ray_stdout, sys.stdout = sys.stdout, data_stdout  # the writer takes the real stdout
     try:
         writer = record_writer(output, "predict")
     except TpuperfError:
         measurer.close()
         raise
+    finally:
+        sys.stdout = ray_stdout
     to_stdout = output == "-"
 
     def emit(chunk):
