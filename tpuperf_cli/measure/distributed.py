@@ -103,6 +103,7 @@ class RayPool:
         self._ray = ray
         self.log = log or (lambda message: None)
         self.min_time = float(min_time)
+        _reachable(address)
         try:
             ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
         except (ConnectionError, ValueError, RuntimeError) as e:
@@ -196,6 +197,22 @@ def same_target_of(hellos):
     from .parallel import same_target
 
     return same_target([(key, target) for key, target, _ in hellos], "the Ray workers")
+
+
+def _reachable(address: str, seconds: float = 10.0) -> None:
+    """A one-line error when a head's host:port does not answer (ray.init
+    would retry for minutes); `auto` is Ray's to find."""
+    if address == "auto":
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise TpuperfError(f"--ray {address}: not auto or an address host:port (or ray://host:port)")
+    try:
+        socket.create_connection((host, int(port)), timeout=seconds).close()
+    except OSError as e:
+        raise TpuperfError(f"--ray {address}: cannot join the Ray cluster: {host}:{port} does not "
+                           f"answer ({e.strerror or e})") from None
 
 
 def _reason(e):
