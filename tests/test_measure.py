@@ -543,14 +543,16 @@ def test_truncated_input_keeps_good_records(tmp_path, bar):
     assert [r["kernel"] for r in records_of(p.stdout)] == ["f"]
 
 
-def test_ctrl_c_keeps_cache_and_a_valid_stream(tmp_path):
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_ctrl_c_keeps_cache_and_a_valid_stream(tmp_path, jobs):
     # far more work than the test waits for, even on a fast, idle machine
     recs = [kernel(f"mm{n}", matmul_hlo(n), i) for i, n in enumerate(range(16, 16 + 160))]
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
     out_path = tmp_path / "out.msgpack"
     with open(out_path, "wb") as out:
         # a shell's background job inherits SIGINT ignored: give measure the default
-        p = subprocess.Popen(MEASURE + ["--backend", "cpu", "--min-time", "20ms", "--batch", "2"],
+        p = subprocess.Popen(MEASURE + ["--backend", "cpu", "--min-time", "20ms", "--batch", "2",
+                                        "--jobs", str(jobs)],
                              stdin=subprocess.PIPE, stdout=out, stderr=subprocess.PIPE, env=env,
                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         p.stdin.write(stream_bytes(recs))

@@ -226,6 +226,27 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
     afresh. Ctrl-C keeps every finished batch in the cache and leaves stdout
     a valid stream up to the last whole record.
 
+    In parallel: --jobs N starts N measuring children, each pinned to its
+    own --cpus CPUs of the process's affinity set (N times --cpus must fit
+    in it: with --cpus 1, N at most the CPUs the process may use). Chunks of
+    --batch kernels go to whichever child is free; the records come out in
+    input order, and the parent alone reads and writes the cache, each
+    chunk's results as soon as they come back. A child's CPU time is its
+    own, so on an otherwise idle machine N jobs time each kernel as one job
+    does (benchmarks/bench_measure_jobs.py measures the speedup and the
+    agreement).
+
+    On a cluster: --ray auto|ADDRESS sends the chunks to Ray actors instead
+    (pip install -e '.[dist]'; every host needs this checkout's tpuperf and
+    the same jax): one per CPU of the cluster, each pinned to --cpus CPUs
+    that no other tpuperf worker on its host holds, or one per GPU or TPU
+    chip with --backend gpu or tpu; --jobs N caps them at N. Each actor times
+    in its own child process, as above. Results are cached as they arrive;
+    the chunk of an actor that dies (or whose host does) goes to another,
+    and the dead one is replaced; after 3 deaths on one chunk its kernels
+    get error kind "crash". All workers must describe one target (one kind
+    of machine per run).
+
     On stderr: a progress bar with rate and ETA when stderr is a terminal
     (the input is then read whole first, to know the total), otherwise a
     line a minute; at the end, how many kernels were measured and failed,
@@ -238,6 +259,8 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
       measure --backend tpu --samples 9 kernels.zst > timed.msgpack
       measure --no-cache --samples 15 --min-time 5ms kernels.msgpack
       measure --cpus all --clock wall kernels.zst > timed.msgpack
+      measure --jobs 2 kernels.zst > timed.msgpack
+      measure --ray auto --backend tpu kernels.zst -o timed.zst
 
     \b
     On a TPU host (none is reachable from the project's own machines):
@@ -246,8 +269,9 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
 
     Exit status: 0 when the stream was read whole (even if some kernels
     failed to run: see their error fields), 1 for a bad or truncated input
-    stream, a record without hlo text or a backend that is not present,
-    130 when interrupted.
+    stream, a record without hlo text, a backend that is not present, more
+    --jobs than CPUs, or a Ray cluster that cannot be joined; 130 when
+    interrupted.
     """
     from tpuperf_cli.measure.parallel import LocalPool
 

@@ -69,12 +69,16 @@ class RayWorker:
         self._locks = []
         cpu_list = None
         cpus = settings.get("cpus")
-        if cpus and settings.get("backend") in ("cpu", "auto", None):
+        if cpus:
             claimed = claim_cpus(cpus)
-            if claimed is None:
+            if claimed is not None:
+                cpu_list, self._locks = claimed
+            elif settings.get("backend") in ("gpu", "tpu"):
+                # the accelerator is what is timed: its host thread may share
+                settings = {**settings, "cpus": None}
+            else:
                 raise MeasureError("backend", f"{socket.gethostname()}: no {cpus} CPU(s) free "
                                               "of other tpuperf workers")
-            cpu_list, self._locks = claimed
         self.measurer = IsolatedMeasurer(cpu_list=cpu_list, **settings)
         self.die_once = die_once
 

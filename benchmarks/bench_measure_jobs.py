@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""measure --jobs: throughput of 1 and of N jobs on the same kernels.
+
+Takes the same stratified sample of corpus kernels as
+bench_measure_noise.py (by kind and size band, distinct), and measures it
+with the `measure` tool twice, each time in a fresh cache directory: once
+with --jobs 1, once with --jobs N (default 2), both on measure's defaults
+otherwise (--cpus 1: each worker pinned to its own CPU, process clock). It
+prints each run's seconds (start-up included) and kernels per second, the
+speedup (the ratio of the two, the figure the issue asks at least 1.5x of
+on 2 cores), and how far the two runs' runtimes agree: the median and 90th
+percentile over kernels of |a - b| / min(a, b), the same pairwise error as
+bench_measure_noise.py (two runs of one job differ by about that much too:
+run that script for the reference).
+
+The machine's load average before and after is printed beside: the figures
+mean little on a machine whose CPUs are busy with other work.
+
+    .venv/bin/python benchmarks/bench_measure_jobs.py
+    .venv/bin/python benchmarks/bench_measure_jobs.py --per-kind 10 --jobs 4 -- --samples 9
+"""
+
+import argparse
+import io
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def measure(records, jobs, extra):
+    """(runtimes by fingerprint, seconds, stderr's summary) of one fresh run."""
+    from tpuperf_cli.stream import RecordWriter, read_records
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernels.msgpack")
+        with RecordWriter(path) as w:
+            for r in records:
+                w.write({k: v for k, v in r.items() if k not in ("runtime_ns", "runs", "noise", "target")})
+        t0 = time.time()
+        p = subprocess.run([sys.executable, "-m", "tpuperf_cli", "measure", "--backend", "cpu",
+                            "--cache-dir", os.path.join(tmp, "cache"), "--no-progress",
+                            "--jobs", str(jobs), *extra, path],
+                           capture_output=True, cwd=ROOT)
+        seconds = time.time() - t0
+    if p.returncode != 0:
+        sys.exit(f"bench_measure_jobs: measure --jobs {jobs} failed: {p.stderr.decode()[-2000:]}")
+    out = list(read_records(io.BytesIO(p.stdout)))
+    if [r["fingerprint"] for r in out] != [r["fingerprint"] for r in records]:
+        sys.exit(f"bench_measure_jobs: measure --jobs {jobs} did not keep the input order")
+    summary = [line for line in p.stderr.decode().splitlines() if "kernel(s):" in line]
+    return {r["fingerprint"]: r["runtime_ns"] for r in out if "runtime_ns" in r}, seconds, summary
+
+
+def main():
+    from bench_measure_noise import percentile, sample_kernels
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n", 2)[2],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--per-kind", type=int, default=8,
+                    help="kernels per kind (default 8: 64 over the corpus's 8 kinds)")
+    ap.add_argument("--jobs", type=int, default=2, help="the jobs to compare with one (default 2)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("measure_args", nargs="*", help="after --: options for measure")
+    args = ap.parse_args()
+
+    kernels = sample_kernels(args.per_kind, args.seed)
+    n = len(kernels)
+    load_before = os.getloadavg()
+    one, sec_one, sum_one = measure(kernels, 1, args.measure_args)
+    many, sec_many, sum_many = measure(kernels, args.jobs, args.measure_args)
+    load_after = os.getloadavg()
+    errs = [abs(one[k] - many[k]) / min(one[k], many[k]) for k in one
+            if k in many and min(one[k], many[k]) > 0]
+    ratios = [many[k] / one[k] for k in one if k in many and one[k] > 0]
+
+    print(f"{n} distinct corpus kernels, measure {' '.join(args.measure_args) or '(defaults)'}, "
+          f"fresh cache each run; {len(os.sched_getaffinity(0))} CPUs usable")
+    print(f"load average (1 min) before {load_before[0]:.1f}, after {load_after[0]:.1f} "
+          f"(5 min: {load_after[1]:.1f})")
+    print(f"--jobs 1: {sec_one:7.1f} s  {n / sec_one:6.2f} kernels/s   "
+          f"({sum_one[0].split(': ', 1)[-1] if sum_one else ''})")
+    print(f"--jobs {args.jobs}: {sec_many:7.1f} s  {n / sec_many:6.2f} kernels/s   "
+          f"({sum_many[0].split(': ', 1)[-1] if sum_many else ''})")
+    print(f"speedup --jobs {args.jobs} / --jobs 1: {sec_one / sec_many:.2f}x")
+    print(f"agreement over {len(errs)} kernels timed in both: |a-b|/min(a,b) median "
+          f"{percentile(errs, .5):.1%}, p90 {percentile(errs, .9):.1%}; median ratio "
+          f"(jobs {args.jobs} / jobs 1) {statistics.median(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()
