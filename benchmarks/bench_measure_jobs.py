@@ -4,8 +4,10 @@
 Takes the same stratified sample of corpus kernels as
 bench_measure_noise.py (by kind and size band, distinct), and measures it
 with the `measure` tool twice, each time in a fresh cache directory: once
-with --jobs 1, once with --jobs N (default 2), both on measure's defaults
-otherwise (--cpus 1: each worker pinned to its own CPU, process clock). It
+with --jobs 1, once with --jobs N (default 2), both with --batch 8 (so that
+a few dozen kernels make chunks enough for every job) and measure's
+defaults otherwise (--cpus 1: each worker pinned to its own CPU, process
+clock; options after -- override them). It
 prints each run's seconds (start-up included) and kernels per second, the
 speedup (the ratio of the two, the figure the issue asks at least 1.5x of
 on 2 cores), and how far the two runs' runtimes agree: the median and 90th
@@ -47,7 +49,7 @@ def measure(records, jobs, extra):
         t0 = time.time()
         p = subprocess.run([sys.executable, "-m", "tpuperf_cli", "measure", "--backend", "cpu",
                             "--cache-dir", os.path.join(tmp, "cache"), "--no-progress",
-                            "--jobs", str(jobs), *extra, path],
+                            "--batch", "8", "--jobs", str(jobs), *extra, path],
                            capture_output=True, cwd=ROOT)
         seconds = time.time() - t0
     if p.returncode != 0:

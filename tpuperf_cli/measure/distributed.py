@@ -26,6 +26,9 @@ from .device import MeasureError
 # a chunk whose actor died this many times gets error kind "crash" (its
 # kernels are then probably what kills the actors)
 ATTEMPTS = 3
+# seconds for all workers to start (jax and the backend included), waiting
+# for free resources if others hold them
+START_TIMEOUT = 600
 
 
 def import_ray():
@@ -122,11 +125,11 @@ class RayPool:
             per = cpus or 1
             options, have = {"num_cpus": per}, resources.get("CPU", 0) // per
         size = jobs or int(have)
-        if size < 1:
+        unit = f"{cpus or 1} CPU(s)" if backend not in ("gpu", "tpu") else f"one {backend.upper()}"
+        if size < 1 or size > have:
             ray.shutdown()
-            raise TpuperfError(f"--ray {address}: the cluster has no "
-                               f"{'CPU' if backend not in ('gpu', 'tpu') else backend.upper()} "
-                               f"for a worker ({dict(resources)})")
+            raise TpuperfError(f"--ray {address}: the cluster has room for {int(have)} worker(s) of "
+                               f"{unit}, not {size} (its resources: {_resources(resources)})")
         settings = {"backend": backend, "samples": samples, "min_time": float(min_time),
                     "timeout": timeout, "cpus": cpus, "clock": clock}
         die_once = os.environ.get("TPUPERF_TEST_RAY_DIE_ONCE")
@@ -135,7 +138,12 @@ class RayPool:
         self.actors = [self._new_actor() for _ in range(size)]
         self.size = size
         try:
-            hellos = ray.get([a.hello.remote() for a in self.actors])
+            hellos = ray.get([a.hello.remote() for a in self.actors], timeout=START_TIMEOUT)
+        except ray.exceptions.GetTimeoutError:
+            self.close()
+            raise TpuperfError(f"--ray: {size} worker(s) did not all start in {START_TIMEOUT} s "
+                               f"(others may hold the cluster's resources; free now: "
+                               f"{_resources(ray.available_resources())})") from None
         except Exception as e:
             self.close()
             raise TpuperfError(f"--ray: a worker did not start: {_reason(e)}") from None
@@ -217,6 +225,11 @@ def _reachable(address: str, seconds: float = 10.0) -> None:
     except OSError as e:
         raise TpuperfError(f"--ray {address}: cannot join the Ray cluster: {host}:{port} does not "
                            f"answer ({e.strerror or e})") from None
+
+
+def _resources(resources):
+    return ", ".join(f"{k} {v:g}" for k, v in sorted(resources.items())
+                     if k in ("CPU", "GPU", "TPU")) or "none"
 
 
 def _reason(e):
