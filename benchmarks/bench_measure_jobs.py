@@ -15,8 +15,11 @@ percentile over kernels of |a - b| / min(a, b), the same pairwise error as
 bench_measure_noise.py (two runs of one job differ by about that much too:
 run that script for the reference).
 
-The machine's load average before and after is printed beside: the figures
-mean little on a machine whose CPUs are busy with other work.
+The machine's load average before and after is printed beside, and the CPU
+time each run got (measure and its children) with the CPUs it kept busy on
+average (CPU time / seconds): N jobs can only be N times faster where they
+get N CPUs, and on a machine whose CPUs are busy with other work they do
+not.
 
     .venv/bin/python benchmarks/bench_measure_jobs.py
     .venv/bin/python benchmarks/bench_measure_jobs.py --per-kind 10 --jobs 4 -- --samples 9
@@ -38,7 +41,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def measure(records, jobs, extra):
-    """(runtimes by fingerprint, seconds, stderr's summary) of one fresh run."""
+    """(runtimes by fingerprint, seconds, CPU seconds of measure and its
+    children, stderr's summary) of one fresh run."""
     from tpuperf_cli.stream import RecordWriter, read_records
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -46,19 +50,28 @@ def measure(records, jobs, extra):
         with RecordWriter(path) as w:
             for r in records:
                 w.write({k: v for k, v in r.items() if k not in ("runtime_ns", "runs", "noise", "target")})
+        cpu0 = _children_cpu()
         t0 = time.time()
         p = subprocess.run([sys.executable, "-m", "tpuperf_cli", "measure", "--backend", "cpu",
                             "--cache-dir", os.path.join(tmp, "cache"), "--no-progress",
                             "--batch", "8", "--jobs", str(jobs), *extra, path],
                            capture_output=True, cwd=ROOT)
         seconds = time.time() - t0
+        cpu = _children_cpu() - cpu0
     if p.returncode != 0:
         sys.exit(f"bench_measure_jobs: measure --jobs {jobs} failed: {p.stderr.decode()[-2000:]}")
     out = list(read_records(io.BytesIO(p.stdout)))
     if [r["fingerprint"] for r in out] != [r["fingerprint"] for r in records]:
         sys.exit(f"bench_measure_jobs: measure --jobs {jobs} did not keep the input order")
     summary = [line for line in p.stderr.decode().splitlines() if "kernel(s):" in line]
-    return {r["fingerprint"]: r["runtime_ns"] for r in out if "runtime_ns" in r}, seconds, summary
+    return {r["fingerprint"]: r["runtime_ns"] for r in out if "runtime_ns" in r}, seconds, cpu, summary
+
+
+def _children_cpu():
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main():
@@ -77,8 +90,8 @@ def main():
     kernels = sample_kernels(args.per_kind, args.seed)
     n = len(kernels)
     load_before = os.getloadavg()
-    one, sec_one, sum_one = measure(kernels, 1, args.measure_args)
-    many, sec_many, sum_many = measure(kernels, args.jobs, args.measure_args)
+    one, sec_one, cpu_one, sum_one = measure(kernels, 1, args.measure_args)
+    many, sec_many, cpu_many, sum_many = measure(kernels, args.jobs, args.measure_args)
     load_after = os.getloadavg()
     errs = [abs(one[k] - many[k]) / min(one[k], many[k]) for k in one
             if k in many and min(one[k], many[k]) > 0]
@@ -88,10 +101,11 @@ def main():
           f"fresh cache each run; {len(os.sched_getaffinity(0))} CPUs usable")
     print(f"load average (1 min) before {load_before[0]:.1f}, after {load_after[0]:.1f} "
           f"(5 min: {load_after[1]:.1f})")
-    print(f"--jobs 1: {sec_one:7.1f} s  {n / sec_one:6.2f} kernels/s   "
-          f"({sum_one[0].split(': ', 1)[-1] if sum_one else ''})")
-    print(f"--jobs {args.jobs}: {sec_many:7.1f} s  {n / sec_many:6.2f} kernels/s   "
-          f"({sum_many[0].split(': ', 1)[-1] if sum_many else ''})")
+    for jobs, sec, cpu, summary in ((1, sec_one, cpu_one, sum_one),
+                                    (args.jobs, sec_many, cpu_many, sum_many)):
+        print(f"--jobs {jobs}: {sec:7.1f} s  {n / sec:6.2f} kernels/s; {cpu:6.1f} CPU s, "
+              f"{cpu / sec:4.2f} CPUs busy on average   "
+              f"({summary[0].split(': ', 1)[-1] if summary else ''})")
     print(f"speedup --jobs {args.jobs} / --jobs 1: {sec_one / sec_many:.2f}x")
     print(f"agreement over {len(errs)} kernels timed in both: |a-b|/min(a,b) median "
           f"{percentile(errs, .5):.1%}, p90 {percentile(errs, .9):.1%}; median ratio "
