@@ -204,28 +204,41 @@ def generated_chunks(source):
     return sorted(GENERATED.glob(f"{source}-*.zst"))
 
 
-def generate_source(source, limit, args):
-    """Write .work/SOURCE.zst (unmeasured kernel records) unless there."""
-    dest = WORK / f"{source}.zst"
-    if dest.exists():
-        return dest
-    WORK.mkdir(parents=True, exist_ok=True)
+def generate_command(source, limit, args):
+    """The tpuperf generate command writing .work/SOURCE.tmp.zst: it
+    excludes every program kernel and the kernels of the sources before
+    it in SOURCES (fusions and sweeps run side by side after ops)."""
     cmd = tool("generate") + ["--source", source, "--seed", str(args.seed), "--limit", str(limit),
-                              "-o", str(dest.with_suffix(".tmp.zst"))]
+                              "-q", "-o", str(WORK / f"{source}.tmp.zst")]
     if source in ("fusions", "sweeps"):
         cmd += [str(HERE / "hlo" / f"{p}.hlo") for p in draw_from()]
     shards = sorted((CORPUS / "kernels").glob("*.zst"))
-    shards += [c for s in SOURCES if s != source for c in generated_chunks(s)]
-    shards += [WORK / f"{s}.zst" for s in SOURCES if s != source and (WORK / f"{s}.zst").exists()]
+    if source != "ops":
+        shards += generated_chunks("ops") or [WORK / "ops.zst"]
     for shard in shards:
         cmd += ["--exclude", str(shard)]
-    t0 = time.time()
-    log(f"generate {source}: {limit} kernels")
-    if subprocess.run(cmd).returncode != 0:
-        raise SystemExit(f"build_corpus: tpuperf generate --source {source} failed")
-    os.replace(dest.with_suffix(".tmp.zst"), dest)
-    log(f"generate {source}: done in {time.time() - t0:.0f}s")
-    return dest
+    return cmd
+
+
+def generate_all(plan, args):
+    """.work/SOURCE.zst (unmeasured kernel records) for each planned source
+    not generated yet: ops first, then fusions and sweeps in parallel (each
+    compiles with XLA on its own core)."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    todo = [s for s in SOURCES if plan.get(s, 0) > 0 and not (WORK / f"{s}.zst").exists()
+            and not generated_chunks(s)]
+    for wave in (["ops"], ["fusions", "sweeps"]):
+        running = {}
+        for source in wave:
+            if source in todo:
+                log(f"generate {source}: {plan[source]} kernels")
+                running[source] = (subprocess.Popen(generate_command(source, plan[source], args)),
+                                   time.time())
+        for source, (proc, t0) in running.items():
+            if proc.wait() != 0:
+                raise SystemExit(f"build_corpus: tpuperf generate --source {source} failed")
+            os.replace(WORK / f"{source}.tmp.zst", WORK / f"{source}.zst")
+            log(f"generate {source}: done in {time.time() - t0:.0f}s")
 
 
 def measure_generated(source, args):
@@ -431,10 +444,11 @@ def main(argv=None):
         epilog=__doc__.split("\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("steps", nargs="*", metavar="STEP",
-                    help="measure, generate, featurize and/or manifest (default: measure "
-                         "featurize); 'generate' generates and measures the generated kernels "
-                         "(--plan); 'featurize' alone rebuilds graphs/ from the committed kernel "
-                         "shards; 'manifest' only rewrites manifest.json")
+                    help="generate, measure, featurize and/or manifest (default: measure "
+                         "featurize); 'generate' writes the generated kernels (--plan) to .work/, "
+                         "'measure' times the programs' kernels and then the generated ones; "
+                         "'featurize' alone rebuilds graphs/ from the committed kernel shards; "
+                         "'manifest' only rewrites manifest.json")
     ap.add_argument("--plan", nargs="+", metavar="SOURCE=N",
                     help="kernels per generated source (default: "
                          + " ".join(f"{k}={v}" for k, v in PLAN.items()) + ")")
@@ -492,12 +506,11 @@ def main(argv=None):
                 seconds[prog["name"]] = s
         log(f"measured in {time.time() - t0:.0f}s")
     if "generate" in args.steps:
-        seed_cache(args.cache_dir)
-        for source, limit in plan.items():
-            if limit <= 0:
-                continue
-            generate_source(source, limit, args)
-            seconds[f"generated:{source}"] = measure_generated(source, args)
+        generate_all(plan, args)
+    if "measure" in args.steps:
+        for source in SOURCES:
+            if (WORK / f"{source}.zst").exists():
+                seconds[f"generated:{source}"] = measure_generated(source, args)
     if "featurize" in args.steps:
         out = args.graphs_dir or CORPUS / "graphs"
         out.mkdir(parents=True, exist_ok=True)
