@@ -11,7 +11,7 @@ import zstandard
 
 from tpuperf_cli.errors import StreamError
 from tpuperf_cli.records import new_record, require
-from tpuperf_cli.stream import RecordWriter, decode_array, encode_array, read_records
+from tpuperf_cli.stream import RecordWriter, decode_array, encode_array, read_records, zstd_decompress
 
 from conftest import stream_bytes
 
@@ -162,3 +162,125 @@ def test_featurize_on_truncated_zstd_exits_nonzero(tmp_path):
     assert p.returncode != 0
     assert b"truncated zstd stream" in p.stderr and str(path).encode() in p.stderr
     assert b"Traceback" not in p.stderr
+
+
+# ---------------------------------------------------------------- bounds (issue 13)
+
+def _bomb(declared_mb, tmp_path):
+    """A small zstd file whose second record declares one `declared_mb` MiB
+    binary field and expands to all of it (concatenated frames of zeros)."""
+    c = zstandard.ZstdCompressor()
+    head = stream_bytes([{"v": 1, "kernel": "ok"}]) + b"\x81\xa3hlo\xc6" + (
+        declared_mb << 20).to_bytes(4, "big")
+    data = c.compress(head) + c.compress(b"\0" * (1 << 20)) * declared_mb
+    path = tmp_path / "bomb.zst"
+    path.write_bytes(data)
+    return path
+
+
+_PEAK = """
+import resource, sys
+from tpuperf_cli.errors import StreamError
+from tpuperf_cli.stream import read_records
+n = 0
+try:
+    for r in read_records(sys.argv[1]):
+        n += 1
+except StreamError as e:
+    print(e)
+print(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+def _peak(path, env=None):
+    import os
+
+    p = subprocess.run([sys.executable, "-c", _PEAK, str(path)], capture_output=True, text=True,
+                       env=dict(os.environ, **(env or {})), timeout=120)
+    assert p.returncode == 0, p.stderr
+    *message, last = p.stdout.strip().splitlines()
+    message = "".join(message)
+    records, peak_mib = map(int, last.split())
+    return message, records, peak_mib
+
+
+def test_zstd_bomb_is_refused_from_its_header_with_bounded_memory(tmp_path):
+    # the issue's reproduction: a small zstd file expanding to one huge record
+    path = _bomb(400, tmp_path)
+    assert path.stat().st_size < 100_000
+    message, records, peak_mib = _peak(path)
+    assert records == 1        # the good record before it was read
+    assert message == (f"{path}: record 2: record is larger than the maximum record size "
+                       f"(256 MiB; set TPUPERF_MAX_RECORD_MB to raise it)")
+    assert peak_mib < 150      # the record is 400 MiB; the default bound 256 MiB
+
+
+def test_record_of_many_fields_past_the_bound_is_refused_when_it_fills_it(tmp_path):
+    # no single header declares too much: the buffer bound catches it
+    c = zstandard.ZstdCompressor()
+    fields = {f"f{i}": b"\1" * (1 << 20) for i in range(40)}
+    path = tmp_path / "wide.zst"
+    path.write_bytes(c.compress(stream_bytes([{"a": 1}, fields, {"a": 3}])))
+    message, records, peak_mib = _peak(path, {"TPUPERF_MAX_RECORD_MB": "8"})
+    assert records == 1 and "record 2: record is larger than the maximum record size (8 MiB" in message
+    # raising the bound reads it
+    message, records, _ = _peak(path, {"TPUPERF_MAX_RECORD_MB": "64"})
+    assert records == 3
+
+
+def test_featurize_on_a_bomb_is_a_one_line_error(tmp_path):
+    path = _bomb(300, tmp_path)
+    p = subprocess.run([sys.executable, "-m", "tpuperf_cli", "featurize", "--skip-bad", str(path)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1
+    assert p.stderr.splitlines()[-1].endswith("record 2: record is larger than the maximum "
+                                              "record size (256 MiB; set TPUPERF_MAX_RECORD_MB "
+                                              "to raise it)")
+    assert str(path) in p.stderr and "Traceback" not in p.stderr
+
+
+def test_max_record_size_env_must_be_a_size(monkeypatch):
+    from tpuperf_cli.errors import TpuperfError
+    from tpuperf_cli.stream import max_record_bytes
+
+    assert max_record_bytes() == 256 << 20
+    monkeypatch.setenv("TPUPERF_MAX_RECORD_MB", "1.5")
+    assert max_record_bytes() == 3 << 19
+    monkeypatch.setenv("TPUPERF_MAX_RECORD_MB", "lots")
+    with pytest.raises(TpuperfError, match="TPUPERF_MAX_RECORD_MB='lots'"):
+        max_record_bytes()
+
+
+@pytest.mark.parametrize("header", [b"\xdd\xff\xff\xff\xff", b"\xdf\x7f\xff\xff\xff",
+                                    b"\xdb\xff\xff\xff\xf0", b"\xc9\xff\xff\xff\xf0\x01"])
+def test_huge_declared_containers_are_refused_not_allocated(header):
+    # an array/map header makes msgpack allocate its items at once
+    data = stream_bytes([{"a": 1}]) + b"\x81\xa1x" + header + b"\0" * (2 << 20)
+    with pytest.raises(StreamError, match="record 2: record is larger than the maximum"):
+        list(read_records(io.BytesIO(data), name="s"))
+
+
+def test_zstd_decompress_is_bounded():
+    c = zstandard.ZstdCompressor()
+    data = c.compress(b"\0" * (1 << 20)) * 20
+    with pytest.raises(StreamError, match=r"^f\.zst: decompressed content is larger"):
+        zstd_decompress(data, "f.zst", limit=8 << 20)
+    assert len(zstd_decompress(data, "f.zst")) == 20 << 20
+
+
+@pytest.mark.parametrize("value, message", [
+    ({"dtype": "<f4", "shape": [1 << 40], "data": b"\0" * 8}, "needs 4398046511104 bytes, data has 8"),
+    ({"dtype": "<f4", "shape": [-1], "data": b"\0" * 8}, "not a list of non-negative ints"),
+    ({"dtype": "<f4", "shape": [3], "data": b"\0" * 8}, "needs 12 bytes, data has 8"),
+    ({"dtype": "<f4", "shape": "3", "data": b"\0" * 12}, "not a list of non-negative ints"),
+    ({"dtype": "<f4", "shape": [2.0], "data": b"\0" * 8}, "not a list of non-negative ints"),
+    ({"dtype": "|O", "shape": [1], "data": b"\0" * 8}, "is not numeric"),
+    ({"dtype": "V9999999", "shape": [1], "data": b""}, "is not numeric"),
+    ({"dtype": [("a", "<f4")], "shape": [1], "data": b"\0" * 4}, "not a numpy dtype string"),
+    ({"dtype": "<q9", "shape": [1], "data": b""}, "not a numpy dtype string"),
+    ({"dtype": "<f4", "shape": [2], "data": "abcdefgh"}, "data is str, not bytes"),
+])
+def test_arrays_that_lie_are_refused(value, message):
+    with pytest.raises(StreamError, match="bad array map") as e:
+        decode_array(value, "feat")
+    assert message in str(e.value) and "\n" not in str(e.value)

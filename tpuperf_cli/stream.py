@@ -5,6 +5,14 @@ Every tool reads and writes these. Arrays travel as plain maps
 so any msgpack library in any language can read a stream. Fields a tool does
 not know are passed through untouched: tools update records, never rebuild
 them.
+
+Bounds: a record may be at most TPUPERF_MAX_RECORD_MB MiB (default 256)
+once unpacked from msgpack; a reader refuses a larger one with a one-line
+error naming the file and record number, before it holds the record in
+memory (a record whose header declares a field past the bound is refused
+as soon as that header is read). zstd input is decompressed a little at a
+time, so a small file that expands to gigabytes costs no more memory than
+the bound.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from typing import IO, TYPE_CHECKING, Any, BinaryIO, Union
 
 import msgpack
 
-from tpuperf_cli.errors import StreamError, open_file
+from tpuperf_cli.errors import StreamError, TpuperfError, open_file
 from tpuperf_cli.records import Record, locate
 
 if TYPE_CHECKING:
@@ -28,7 +36,39 @@ Source = Union[str, os.PathLike, IO[bytes], None]
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _CHUNK = 1 << 16
-_MAX_RECORD = 1 << 30
+# zstd expands at most ~32768x (a 4-byte RLE block of 128 KiB), so feeding
+# the decompressor this much input at a time yields at most 32 MiB at once
+_ZSTD_PIECE = 1 << 10
+MAX_RECORD_ENV = "TPUPERF_MAX_RECORD_MB"
+DEFAULT_MAX_RECORD_MB = 256
+# a pending record this large gets its headers checked against the bound
+_CHECK_AFTER = 1 << 20
+_HEAD_KEEP = 1 << 16
+
+
+def max_record_bytes() -> int:
+    """The largest record a reader accepts, in bytes: $TPUPERF_MAX_RECORD_MB
+    MiB, 256 MiB when unset."""
+    value = os.environ.get(MAX_RECORD_ENV)
+    if value is None or value.strip() == "":
+        return DEFAULT_MAX_RECORD_MB << 20
+    try:
+        mb = float(value)
+    except ValueError:
+        mb = -1.0
+    if not (0 < mb < 1 << 24):
+        raise TpuperfError(f"{MAX_RECORD_ENV}={value!r}: expected a size in MiB "
+                           f"(a number > 0, default {DEFAULT_MAX_RECORD_MB})", exit_code=2)
+    return max(1024, int(mb * (1 << 20)))
+
+
+def _too_big(where: str, limit: int, what: str = "record") -> StreamError:
+    return StreamError(f"{where}: {what} is larger than the maximum record size "
+                       f"({_size(limit)}; set {MAX_RECORD_ENV} to raise it)")
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 20):g} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
 # ---------------------------------------------------------------- arrays
@@ -48,16 +88,45 @@ def is_array(value: Any) -> bool:
 
 
 def decode_array(value: Any, field: str = "array") -> np.ndarray:
-    """A plain array map back to a numpy array (read-only view of the bytes)."""
+    """A plain array map back to a numpy array (read-only view of the bytes).
+
+    The map is checked before numpy sees it: a numeric dtype string, a shape
+    of non-negative ints and exactly the bytes that shape needs; a map that
+    lies about any of them is a StreamError, never an allocation.
+    """
     import numpy as np
 
     if not is_array(value):
         raise StreamError(f"field {field!r} is not an array map (dtype, shape, data)")
+    dtype, shape, data = value["dtype"], value["shape"], value["data"]
     try:
-        a = np.frombuffer(value["data"], dtype=np.dtype(value["dtype"]))
-        return a.reshape(value["shape"])
-    except (TypeError, ValueError) as e:
-        raise StreamError(f"field {field!r}: bad array map: {e}") from None
+        if not isinstance(dtype, str) or len(dtype) > 8:
+            raise TypeError
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError, SyntaxError):
+        raise StreamError(f"field {field!r}: bad array map: dtype {dtype!r} is not a numpy "
+                          f"dtype string such as '<f4'") from None
+    if dt.kind not in "biufc" or dt.fields is not None or dt.subdtype is not None:
+        raise StreamError(f"field {field!r}: bad array map: dtype {dtype!r} is not numeric")
+    if not isinstance(shape, (list, tuple)) or len(shape) > 32 or not all(
+            type(d) is int and d >= 0 for d in shape):
+        raise StreamError(f"field {field!r}: bad array map: shape {_short(shape)} is not a "
+                          f"list of non-negative ints")
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise StreamError(f"field {field!r}: bad array map: data is {type(data).__name__}, "
+                          f"not bytes")
+    count = 1
+    for d in shape:
+        count *= d
+    if count * dt.itemsize != len(data):
+        raise StreamError(f"field {field!r}: bad array map: shape {list(shape)} of {dtype} "
+                          f"needs {count * dt.itemsize} bytes, data has {len(data)}")
+    return np.frombuffer(data, dtype=dt).reshape(shape)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _default(obj):
@@ -116,30 +185,40 @@ class ZstdReader:
         self._raw = raw
         self._dctx = zstandard.ZstdDecompressor()
         self._obj = None          # decompressor of the frame being read, if any
+        self._in = b""            # compressed input not yet given to the decompressor
+        self._at = 0
         self._out = bytearray()
         self._eof = False
 
-    def _feed(self, data):
-        while data:
+    def _feed_piece(self):
+        # a small piece at a time bounds what one call can expand to
+        piece = self._in[self._at:self._at + _ZSTD_PIECE]
+        self._at += len(piece)
+        while piece:
             if self._obj is None:
                 self._obj = self._dctx.decompressobj()
-            self._out += self._obj.decompress(data)
+            self._out += self._obj.decompress(piece)
             if not self._obj.eof:
                 return
-            data = self._obj.unused_data      # the next frame starts here
+            piece = self._obj.unused_data      # the next frame starts here
             self._obj = None
 
     def read(self, n: int | None = -1) -> bytes:
-        while not self._eof and (n is None or n < 0 or len(self._out) < n):
-            chunk = self._raw.read(_CHUNK)
-            if not chunk:
-                self._eof = True
-                break
-            self._feed(chunk)
+        if n is None or n < 0:
+            n = _CHUNK      # callers read in chunks; never everything at once
+        while len(self._out) < n:
+            if self._at >= len(self._in):
+                if self._eof:
+                    break
+                self._in, self._at = self._raw.read(_CHUNK), 0
+                if not self._in:
+                    self._eof = True
+                    break
+            self._feed_piece()
         if self._eof and not self._out and self._obj is not None:
             self._obj = None
             raise TruncatedZstd("truncated zstd stream (the input ends inside a compressed frame)")
-        if n is None or n < 0 or n >= len(self._out):
+        if n >= len(self._out):
             out, self._out = bytes(self._out), bytearray()
         else:
             out = bytes(self._out[:n])
@@ -150,16 +229,22 @@ class ZstdReader:
         self._raw.close()
 
 
-def zstd_decompress(data: bytes, name: str) -> bytes:
+def zstd_decompress(data: bytes, name: str, limit: int | None = None) -> bytes:
     """The whole content of zstd data (bytes) of one or more frames; a
-    truncated last frame raises StreamError naming `name`."""
+    truncated last frame, or content larger than `limit` bytes (default: the
+    maximum record size), raises StreamError naming `name`."""
+    limit = max_record_bytes() if limit is None else limit
     reader = ZstdReader(io.BytesIO(data))
     out = []
+    size = 0
     try:
         while True:
             chunk = reader.read(_CHUNK * 16)
             if not chunk:
                 return b"".join(out)
+            size += len(chunk)
+            if size > limit:
+                raise _too_big(name, limit, "decompressed content")
             out.append(chunk)
     except TruncatedZstd as e:
         raise StreamError(f"{name}: {e}") from None
@@ -197,17 +282,79 @@ def _not_records(name, message, head):
     return f"{name}: this is {what}, not a msgpack record stream ({who})"
 
 
+# msgpack type bytes -> (header length, length-field size) for str/bin/ext
+_SIZED = {0xc4: 1, 0xc5: 2, 0xc6: 4, 0xd9: 1, 0xda: 2, 0xdb: 4}
+_EXT = {0xc7: 1, 0xc8: 2, 0xc9: 4}
+_FIXED = {0xc0: 0, 0xc2: 0, 0xc3: 0, 0xca: 4, 0xcb: 8, 0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8,
+          0xd0: 1, 0xd1: 2, 0xd2: 4, 0xd3: 8, 0xd4: 2, 0xd5: 3, 0xd6: 5, 0xd7: 9, 0xd8: 17}
+
+
+def declared_size_exceeds(head: bytes, limit: int) -> bool:
+    """Whether the first bytes of a msgpack value declare more than `limit`
+    bytes: a string, binary or extension, or an array or map with more
+    items than `limit` bytes could hold, that would end past `limit`.
+    Looks only at the headers in `head`, so a bomb's record is refused
+    from its first bytes, before its body is read."""
+    pos = 0
+    end = len(head)
+    while pos < end:
+        b = head[pos]
+        if b <= 0x7f or b >= 0xe0:
+            pos += 1
+            continue
+        count = None
+        if 0xa0 <= b <= 0xbf:
+            n, pos = b & 0x1f, pos + 1
+        elif 0x80 <= b <= 0x9f:
+            count, pos = (b & 0x0f) * (2 if b < 0x90 else 1), pos + 1
+        elif b in _SIZED or b in _EXT:
+            width = _SIZED.get(b) or _EXT[b]
+            if pos + 1 + width > end:
+                return False
+            n = int.from_bytes(head[pos + 1:pos + 1 + width], "big") + (1 if b in _EXT else 0)
+            pos += 1 + width
+        elif b in (0xdc, 0xdd, 0xde, 0xdf):
+            width = 2 if b in (0xdc, 0xde) else 4
+            if pos + 1 + width > end:
+                return False
+            count = int.from_bytes(head[pos + 1:pos + 1 + width], "big") * (2 if b >= 0xde else 1)
+            pos += 1 + width
+        elif b in _FIXED:
+            pos += 1 + _FIXED[b]
+            continue
+        else:
+            return False        # 0xc1 (never used): the unpacker reports it
+        if count is not None:
+            if pos + count > limit:     # every item takes at least a byte
+                return True
+            continue
+        if pos + n > limit:
+            return True
+        pos += n
+    return False
+
+
 def read_records(source: Source = None, name: str | None = None) -> Iterator[Record]:
     """Yield the records (dicts) of one stream.
 
     A truncated or corrupt stream raises StreamError naming the record number
-    (1-based) after every good record before it has been yielded.
+    (1-based) after every good record before it has been yielded; so does a
+    record larger than max_record_bytes(), before it is held in memory.
     """
     name = name or _display_name(source)
+    limit = max_record_bytes()
     f = open_input(source)
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=_MAX_RECORD)
+    # an array or map header allocates its items at once, so cap their counts
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False,
+                                max_buffer_size=limit + 2 * _CHUNK, max_str_len=limit,
+                                max_bin_len=limit, max_ext_len=limit,
+                                max_array_len=max(16, limit // 16),
+                                max_map_len=max(16, limit // 64))
     fed = 0
     number = 0
+    start = 0       # where the pending record starts in the stream
+    pending_head = bytearray()   # its first bytes, to check what its headers declare
+    checked = False
     head = None     # the first bytes, to say what input that is not records looks like
     try:
         while True:
@@ -221,21 +368,45 @@ def read_records(source: Source = None, name: str | None = None) -> Iterator[Rec
                 break
             if head is None:
                 head = chunk[:256]
+            try:
+                unpacker.feed(chunk)
+            except msgpack.BufferFull:
+                raise _too_big(locate(number + 1, name), limit) from None
             fed += len(chunk)
-            unpacker.feed(chunk)
+            if len(pending_head) < _HEAD_KEEP:
+                pending_head += chunk[:_HEAD_KEEP - len(pending_head)]
             while True:
                 try:
                     record = unpacker.unpack()
                 except msgpack.OutOfData:
                     break
+                except ValueError as e:
+                    if "exceeds max_" in str(e):
+                        raise _too_big(locate(number + 1, name), limit) from None
+                    message = f"{locate(number + 1, name)}: corrupt msgpack data ({e})"
+                    raise StreamError(_not_records(name, message, head) if number == 0 else message) from None
                 except Exception as e:
                     message = f"{locate(number + 1, name)}: corrupt msgpack data ({e})"
                     raise StreamError(_not_records(name, message, head) if number == 0 else message) from None
                 number += 1
+                end = unpacker.tell()
+                if end - start > limit:
+                    raise _too_big(locate(number, name), limit)
+                # the next record starts inside this chunk
+                start, checked = end, False
+                pending_head = bytearray(chunk[start - (fed - len(chunk)):][:_HEAD_KEEP])
                 if not isinstance(record, dict):
                     message = f"{locate(number, name)}: expected a msgpack map, got {type(record).__name__}"
                     raise StreamError(_not_records(name, message, head) if number == 1 else message)
                 yield record
+            # msgpack keeps the parts of a pending record it has parsed
+            # outside its buffer, so count the pending bytes here
+            if fed - start > limit:
+                raise _too_big(locate(number + 1, name), limit)
+            if not checked and fed - start > _CHECK_AFTER:
+                checked = True
+                if declared_size_exceeds(pending_head, limit):
+                    raise _too_big(locate(number + 1, name), limit)
         if unpacker.tell() != fed:
             message = (f"{locate(number + 1, name)}: stream is truncated "
                        f"({fed - unpacker.tell()} bytes of an incomplete record at the end)")
