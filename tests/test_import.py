@@ -138,8 +138,10 @@ def _write_json(tmp_path, data, name="bad.json"):
 
 
 @pytest.mark.parametrize("data, words", [
-    ([_kernel(configs=[{"tile": {}, "is_default": True}])],
-     ["kernel 0", "kernel_fingerprint 7", "configs[0]", "'runtime_ns'"]),
+    ([_kernel(configs=[{"tile": {}, "is_default": True, "runtime_ns": "fast"}])],
+     ["kernel 0", "kernel_fingerprint 7", "configs[0]", "'runtime_ns'", "or null"]),
+    ([_kernel(configs=[{"tile": {}, "runtime_ns": None}, {"runtime_ns": 5}])],
+     ["no configuration has a runtime and a tile", "1 runtime_ns null, 1 tile absent"]),
     ([{"hlo": COPY_HLO, "configs": []}], ["kernel 0", "missing key 'kernel_fingerprint'"]),
     ([_kernel(configs=[{"tile": {"output_bounds": [1, "x"]}, "runtime_ns": 5}])],
      ["configs[0]", "tile.output_bounds"]),
@@ -163,6 +165,37 @@ def test_malformed_tuning_json_names_file_and_key(tmp_path, data, words):
     assert path in res.stderr
     for w in words:
         assert w in res.stderr, (w, res.stderr)
+
+
+def test_failed_configs_are_skipped_and_counted(tmp_path):
+    # real tuning files hold failed runs: runtime_ns null (or absent), or no tile
+    good = {"tile": {"output_bounds": [16, 5, 1, 2]}, "runtime_ns": 3967, "is_default": True}
+    configs = [good,
+               {"tile": {"output_bounds": [8, 1, 1, 1]}, "runtime_ns": None},
+               {"tile": {"output_bounds": [4, 1, 1, 1]}},
+               {"runtime_ns": 5000},
+               {"tile": None, "runtime_ns": None},
+               {"tile": {"output_bounds": [2, 1, 1, 1]}, "runtime_ns": 7000}]
+    all_failed = [{"tile": {"output_bounds": [1]}, "runtime_ns": None}]
+    path = _write_json(tmp_path, [_kernel(fp=1, configs=configs), _kernel(fp=2, configs=all_failed)])
+    res = _run(["import", "tuning-json", path])
+    assert res.exit_code == 0, res.stderr
+    recs = _records(res.stdout_bytes)
+    assert [(r["kernel"], r["config_index"], r["runtime_ns"]) for r in recs] == [
+        ("kernel_0000000000000001", 0, 3967.0), ("kernel_0000000000000001", 5, 7000.0)]
+    assert res.stderr == (f"import tuning-json: {path}: skipped 5 failed configuration(s) "
+                          f"(3 runtime_ns null, 2 tile absent)\n")
+
+
+def test_train_and_eval_leave_out_configs_without_a_finite_runtime():
+    # a failed config that reaches them anyway (null, NaN, inf, 0, a string)
+    # is neither fast nor slow: left out, and counted
+    from tpuperf_cli.eval.report import EvalData
+
+    recs = [{"program": "p", "kernel": "k", "runtime_ns": rt, "config": {"kernel_bounds": [i]}}
+            for i, rt in enumerate([100.0, None, float("nan"), float("inf"), 0, "9", 200])]
+    d = EvalData(recs)
+    assert list(d.runtime) == [100.0, 200.0] and d.skipped == 5
 
 
 def test_hlo_that_does_not_parse_is_exit_2_naming_kernel_and_line(tmp_path):
@@ -191,11 +224,11 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 
 def test_good_kernels_before_a_bad_one_are_written(tmp_path):
-    path = _write_json(tmp_path, [_kernel(fp=1), _kernel(fp=2, configs=[{"tile": {}}])])
+    path = _write_json(tmp_path, [_kernel(fp=1), _kernel(fp=2, configs=[{"tile": {}, "runtime_ns": -1}])])
     out = subprocess.run([sys.executable, "-m", "tpuperf_cli", "import", "tuning-json", path],
                          capture_output=True)
     assert out.returncode == 1
-    assert b"kernel 1 (kernel_fingerprint 2): configs[0]: missing key 'runtime_ns'" in out.stderr
+    assert b"kernel 1 (kernel_fingerprint 2): configs[0]: key 'runtime_ns' must be a positive" in out.stderr
     recs = _records(out.stdout)
     assert [r["kernel"] for r in recs] == ["kernel_0000000000000001"] * 2
 
@@ -401,3 +434,18 @@ def test_tpugraphs_records_are_model_examples(tmp_path):
     assert ex.n == 5 and ex.config_feat.shape == (24,) and ex.kernel_feat.size == 0
     assert (ex.program, ex.kernel) == ("prog", "kernel_00000000000000aa")
     assert ex.runtime == pytest.approx(recs[1]["runtime_ns"])
+
+
+def test_train_corpus_leaves_out_failed_configs_and_counts_them(tmp_path):
+    from conftest import write_stream
+    from synthetic import synthetic_records
+    from tpuperf_cli.model.data import Corpus
+
+    recs = synthetic_records(n_programs=2, kernels=3, configs=4)
+    bad = [None, float("nan"), float("inf"), 0.0, "12"]
+    for r, rt in zip(recs, bad):
+        r["runtime_ns"] = rt
+    path = write_stream(tmp_path / "tile.msgpack", recs)
+    corpus = Corpus([str(path)], task="tile").scan()
+    assert corpus.examples == len(recs) - len(bad)
+    assert sum(corpus.skipped.values()) == len(bad)

@@ -167,3 +167,15 @@ def _frozen(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_frozen(v) for v in value)
     return value
+
+
+def measured_runtime(record: Record) -> float | None:
+    """The record's runtime_ns as a float when it is a real measurement (a
+    finite number > 0); None for an unmeasured or failed one (null, absent,
+    NaN, infinite, zero, negative, not a number), which train, eval and
+    baseline leave out (and count) rather than take as fast or slow."""
+    rt = record.get(RUNTIME_NS)
+    if isinstance(rt, bool) or not isinstance(rt, (int, float)):
+        return None
+    rt = float(rt)
+    return rt if 0 < rt < float("inf") else None

@@ -35,6 +35,7 @@ from tpuperf_cli.records import (
     TYPE,
     Record,
     locate,
+    measured_runtime,
     new_record,
 )
 
@@ -98,8 +99,8 @@ def score_records(records: Iterable[Record], name: str = "input", top: int = 0) 
         p.pred += float(pred) * count
         if record.get(COUNT_KNOWN) is False:
             p.counts_known = False
-        rt = record.get(RUNTIME_NS)
-        if _number(rt) and rt > 0:
+        rt = measured_runtime(record)
+        if rt is not None:
             p.runtime += float(rt) * count
             p.measured += 1
         model = record.get(MODEL)

@@ -68,7 +68,11 @@ def tuning_json(files, program, device_kind, output, quiet):
     the format of tpu_graphs' tuning test data. Each kernel's hlo must be a
     whole HloModule whose ENTRY computation's ROOT is the tuned kernel.
 
-    Writes one kernel record per configuration, with the fields hlo-split
+    Failed configurations (runtime_ns null or absent: the run failed; or
+    no tile) are skipped, and how many is said on stderr per file; a file
+    where every configuration failed is an error.
+
+    Writes one kernel record per good configuration, with the fields hlo-split
     writes (program, kernel = kernel_<fingerprint in hex>, index = the
     kernel's position in the file, count 1 with count_known false, hlo as
     given, opcode and fusion_kind of the ENTRY root, fingerprint, computation)
@@ -88,10 +92,17 @@ def tuning_json(files, program, device_kind, output, quiet):
     from tpuperf_cli.tile import tuning_json as tj
 
     def records():
+        from collections import Counter
+
         seen = {}   # one --program for several files: repeated kernels stay apart
         for path in files:
+            failed = Counter()
             yield from tj.records(path, program=program, device_kind=device_kind,
-                                  seen=seen if program else None)
+                                  seen=seen if program else None, failed=failed)
+            if failed:
+                reasons = ", ".join(f"{n} {why}" for why, n in sorted(failed.items()))
+                print(f"import tuning-json: {path}: skipped {sum(failed.values())} failed "
+                      f"configuration(s) ({reasons})", file=sys.stderr)
 
     _write(records(), output, "tuning-json", quiet=quiet)
 

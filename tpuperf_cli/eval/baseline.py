@@ -48,7 +48,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from tpuperf_cli.errors import TpuperfError, read_file
-from tpuperf_cli.records import KERNEL_FEAT, KERNEL_FEATURES, PROGRAM, RUNTIME_NS, TARGET, Record, locate
+from tpuperf_cli.records import KERNEL_FEAT, KERNEL_FEATURES, PROGRAM, TARGET, Record, locate, measured_runtime
 from tpuperf_cli.stream import decode_array, is_array
 
 FORMAT = "tpuperf-baseline"
@@ -258,8 +258,8 @@ def fit_records(records: Iterable[Record], peak_flops: float | None = None, band
     stats.setdefault("skipped", 0)
     seen = set()
     for number, record in enumerate(records, 1):
-        rt = record.get(RUNTIME_NS)
-        if rt is None or not rt > 0:
+        rt = measured_runtime(record)
+        if rt is None:
             stats["skipped"] += 1
             continue
         c, m = cost_features(record, locate(number, record=record))

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from tpuperf_cli import metrics
-from tpuperf_cli.records import NOISE, RUNTIME_NS, Record
+from tpuperf_cli.records import NOISE, Record, measured_runtime
 
 FUSION_FIELDS = ("mape", "tau")
 TILE_FIELDS = ("tile_ape", "tau", "top1", "top5", "top10")
@@ -61,8 +61,8 @@ class EvalData:
         self.skipped = 0
         self.records = []
         for r in records:
-            rt = r.get(RUNTIME_NS)
-            if rt is None or not isinstance(rt, (int, float)) or not rt > 0:
+            rt = measured_runtime(r)
+            if rt is None:
                 self.skipped += 1
                 continue
             self.records.append(r)

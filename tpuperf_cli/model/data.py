@@ -28,7 +28,7 @@ import numpy as np
 from tpuperf_cli.errors import StreamError, TpuperfError
 from tpuperf_cli.model.dist import owner
 from tpuperf_cli.model.examples import Example, Scaler, example, kernel_features_error, slog, topological_order
-from tpuperf_cli.records import KERNEL, NODE_FEATURES, PROGRAM, RUNTIME_NS, TARGET, locate, target_identity
+from tpuperf_cli.records import KERNEL, NODE_FEATURES, PROGRAM, TARGET, locate, measured_runtime, target_identity
 from tpuperf_cli.split import ProgramSet
 from tpuperf_cli.stream import read_records
 
@@ -187,8 +187,7 @@ class Corpus:
         for number, record in enumerate(read_records(path), 1):
             if self.programs is not None and str(record.get(PROGRAM, "")) not in self.programs:
                 continue
-            rt = record.get(RUNTIME_NS)
-            if not isinstance(rt, (int, float)) or isinstance(rt, bool) or not rt > 0:
+            if measured_runtime(record) is None:
                 yield None, record, number, name, False
                 continue
             mine = True

@@ -38,10 +38,10 @@ from tpuperf_cli.records import (
     NODE_OPCODE,
     NOISE,
     PROGRAM,
-    RUNTIME_NS,
     TYPE,
     Location,
     Record,
+    measured_runtime,
 )
 from tpuperf_cli.stream import decode_array, is_array
 
@@ -144,8 +144,8 @@ def example(record: Record, number: int | None = None, name: str | None = None) 
     cf = _NO_CONFIG if cf is None else cf.ravel()
     if cf.size != CONFIG_FEATURES:
         raise StreamError(f"{where}: config_feat has {cf.size} values, expected {CONFIG_FEATURES}")
-    rt = record.get(RUNTIME_NS)
-    runtime = float(rt) if isinstance(rt, (int, float)) and not isinstance(rt, bool) else math.nan
+    rt = measured_runtime(record)
+    runtime = math.nan if rt is None else rt
     ex = Example(opcode, feat, edges, kf, cf, runtime,
                  str(record.get(PROGRAM, "")), str(record.get(KERNEL, "")))
     nz = record.get(NOISE)

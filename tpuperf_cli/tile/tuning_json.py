@@ -9,6 +9,11 @@ The format (as in tpu_graphs' test data):
                      "runtime_ns": int, "is_default": bool}, ... ]},
       ... ]
 
+A configuration whose run failed (runtime_ns null or absent) or whose tile
+is absent (no "tile", or "tile": null) is a failed configuration: it is
+skipped and counted, never given a runtime; a file where every
+configuration failed is an error.
+
 Each kernel's "hlo" is a whole HloModule whose ENTRY computation runs the one
 tuned kernel (its ROOT: a fusion, a copy, a convolution, ...). That is a
 kernel's standalone module, as hlo-split writes them, so it goes into the record as
@@ -17,6 +22,7 @@ given; the ENTRY root gives opcode, fusion_kind and computation.
 
 import json
 import os
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -65,17 +71,29 @@ def _bounds(value, where, key):
     return list(value)
 
 
-def check_config(config: Any, where: str) -> tuple[dict, float, bool]:
-    """(config dict, runtime_ns float, is_default bool) of one config entry."""
+FAILED_NO_RUNTIME = "runtime_ns null"
+FAILED_NO_TILE = "tile absent"
+
+
+def check_config(config: Any, where: str) -> tuple[dict | None, float | None, bool, str | None]:
+    """(config dict, runtime_ns float, is_default bool, failure) of one
+    config entry; for a failed configuration (runtime_ns null or absent, or
+    tile absent) failure says which, and the runtime (or bounds) is None.
+    Values of the wrong type are a TuningDataError all the same."""
     if not isinstance(config, dict):
         raise TuningDataError(f"{where}: expected an object, got {type(config).__name__}")
-    if "runtime_ns" not in config:
-        raise TuningDataError(f"{where}: missing key 'runtime_ns'")
-    runtime = config["runtime_ns"]
-    if isinstance(runtime, bool) or not isinstance(runtime, (int, float)) or not runtime > 0:
-        raise TuningDataError(f"{where}: key 'runtime_ns' must be a positive number, "
-                              f"got {runtime!r}")
-    tile = config.get("tile", {})
+    runtime = config.get("runtime_ns")
+    if runtime is not None and (isinstance(runtime, bool) or not isinstance(runtime, (int, float))
+                                or not 0 < runtime < float("inf")):
+        raise TuningDataError(f"{where}: key 'runtime_ns' must be a positive number "
+                              f"(or null for a failed run), got {runtime!r}")
+    is_default = config.get("is_default", False)
+    if not isinstance(is_default, bool):
+        raise TuningDataError(f"{where}: key 'is_default' must be true or false, "
+                              f"got {is_default!r}")
+    tile = config.get("tile")
+    if tile is None:
+        return None, None if runtime is None else float(runtime), is_default, FAILED_NO_TILE
     if not isinstance(tile, dict):
         raise TuningDataError(f"{where}: key 'tile' must be an object, got {type(tile).__name__}")
     unknown = sorted(set(tile) - set(BOUND_KEYS))
@@ -83,11 +101,9 @@ def check_config(config: Any, where: str) -> tuple[dict, float, bool]:
         raise TuningDataError(f"{where}: key 'tile' has unknown bounds {', '.join(unknown)} "
                               f"(known: {', '.join(BOUND_KEYS)})")
     bounds = {key: _bounds(tile.get(key), where, f"tile.{key}") for key in BOUND_KEYS}
-    is_default = config.get("is_default", False)
-    if not isinstance(is_default, bool):
-        raise TuningDataError(f"{where}: key 'is_default' must be true or false, "
-                              f"got {is_default!r}")
-    return bounds, float(runtime), is_default
+    if runtime is None:
+        return bounds, None, is_default, FAILED_NO_RUNTIME
+    return bounds, float(runtime), is_default, None
 
 
 def describe_module(text: Any, where: str) -> dict:
@@ -130,14 +146,21 @@ def kernel_name(fingerprint_value: int | str) -> str:
 
 
 def records(path: str, program: str | None = None, device_kind: str | None = None,
-            seen: dict[str, int] | None = None) -> Iterator[Record]:
-    """Yield one kernel record per (kernel, configuration) of a tuning file.
+            seen: dict[str, int] | None = None,
+            failed: Counter | None = None) -> Iterator[Record]:
+    """Yield one kernel record per (kernel, good configuration) of a tuning
+    file.
 
     Every kernel is checked whole before any of its records is yielded, so a
     malformed kernel stops the import after the good kernels before it.
+    Failed configurations are left out and counted in `failed` by why
+    ("runtime_ns null", "tile absent"); a file with no good configuration
+    at all is a TuningDataError.
     seen: {kernel name: times seen} shared by files imported into one
     program, so a kernel repeated there stays apart (name#2, ...).
     """
+    failed = Counter() if failed is None else failed
+    good = 0
     data = load(path)
     program = program or os.path.splitext(os.path.basename(path))[0]
     target = {"platform": "tpu", "device_kind": device_kind, "source": SOURCE,
@@ -159,7 +182,7 @@ def records(path: str, program: str | None = None, device_kind: str | None = Non
         if not isinstance(configs, list) or not configs:
             raise TuningDataError(f"{where}: key 'configs' must be a non-empty list")
         checked = [check_config(c, f"{where}: configs[{j}]") for j, c in enumerate(configs)]
-        defaults = sum(d for _, _, d in checked)
+        defaults = sum(d for _, _, d, _ in checked)
         if defaults > 1:
             raise TuningDataError(f"{where}: key 'configs': {defaults} configurations "
                                   f"are marked is_default (at most one may be)")
@@ -169,7 +192,11 @@ def records(path: str, program: str | None = None, device_kind: str | None = Non
             name = f"{name}#{seen[name]}"
         else:
             seen[name] = 1
-        for j, (bounds, runtime, is_default) in enumerate(checked):
+        for j, (bounds, runtime, is_default, failure) in enumerate(checked):
+            if failure is not None:
+                failed[failure] += 1
+                continue
+            good += 1
             yield new_record(
                 KERNEL_RECORD,
                 program=program,
@@ -189,3 +216,7 @@ def records(path: str, program: str | None = None, device_kind: str | None = Non
                 target=dict(target),
                 kernel_fingerprint=fp_value,
             )
+    if not good and data:
+        reasons = ", ".join(f"{n} {why}" for why, n in sorted(failed.items()))
+        raise TuningDataError(f"{path}: no configuration has a runtime and a tile "
+                              f"({reasons}): nothing to import")
