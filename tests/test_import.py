@@ -437,9 +437,10 @@ def test_tpugraphs_records_are_model_examples(tmp_path):
 
 
 def test_train_corpus_leaves_out_failed_configs_and_counts_them(tmp_path):
+    from tpuperf_cli.model.data import Corpus
+
     from conftest import write_stream
     from synthetic import synthetic_records
-    from tpuperf_cli.model.data import Corpus
 
     recs = synthetic_records(n_programs=2, kernels=3, configs=4)
     bad = [None, float("nan"), float("inf"), 0.0, "12"]
