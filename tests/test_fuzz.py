@@ -24,12 +24,13 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import stream_bytes
 from tpuperf_cli.cli import load_command
 from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.hlo.parser import parse_module
 from tpuperf_cli.hlo.split import kernel_records
 from tpuperf_cli.stream import decode_array, is_array, read_records
+
+from conftest import stream_bytes
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HLO_FILES = [ROOT / "tests" / "data" / "hlo" / n for n in ("tpu_style.hlo", "gpu_style.hlo",
@@ -416,7 +417,7 @@ def _measure_body(pipeline, data):
                          "--timeout", "30", "--quiet", "{in}"], data=raw, tmp=pipeline["tmp"])
 
 
-test_measure_on_mutated_input = settings(max_examples=8, **_QUICK)(
+test_measure_on_mutated_input = settings(max_examples=5, **_QUICK)(
     given(data=st.data())(_measure_body))
 test_measure_on_mutated_input_long = pytest.mark.slow(settings(max_examples=100, **_LONG)(
     given(data=st.data())(_measure_body)))
