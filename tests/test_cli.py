@@ -97,3 +97,13 @@ def test_man_pages_have_examples(name):
     assert ".SH EXAMPLES" in text
     description = text.split(".SH DESCRIPTION", 1)[1].split(".SH OPTIONS", 1)[0]
     assert "Examples:" not in description
+
+
+def test_errors_quoting_hostile_names_stay_one_line():
+    # found by the fuzz suite: a program name holding a newline split the error
+    from tpuperf_cli.errors import one_line
+    from tpuperf_cli.records import locate
+
+    where = locate(3, "f.msgpack", {"program": "a\nb", "kernel": "k" * 500})
+    assert "\n" not in where and len(where) < 200 and "'a\\nb'" in where
+    assert one_line("x\ny") == "x\\ny" and len(one_line("z" * 10_000)) < 2100

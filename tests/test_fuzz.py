@@ -422,3 +422,54 @@ test_measure_on_mutated_input = settings(max_examples=5, **_QUICK)(
 test_measure_on_mutated_input_long = pytest.mark.slow(settings(max_examples=100, **_LONG)(
     given(data=st.data())(_measure_body)))
 
+
+
+# ---------------------------------------------------------------- tuning JSON
+
+SAMPLE = ROOT / "examples" / "tile" / "tpu_tile_sample.json"
+
+
+def _json_value():
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70),
+                        st.floats(allow_nan=False), st.text(max_size=12))
+    return st.recursive(scalars, lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+        max_leaves=6)
+
+
+@st.composite
+def mutated_tuning(draw):
+    """The sample's first kernel (a few configs) with values replaced or
+    keys dropped, at the kernel, config or tile level."""
+    import json
+
+    kernel = json.loads(SAMPLE.read_text())[0]
+    kernel["configs"] = kernel["configs"][:4]
+    for _ in range(draw(st.integers(1, 3))):
+        level = draw(st.sampled_from(["kernel", "config", "tile"]))
+        config = kernel["configs"][draw(st.integers(0, 3))] if isinstance(kernel.get("configs"), list) \
+            and len(kernel["configs"]) == 4 else None
+        target = kernel if level == "kernel" or config is None else (
+            config if level == "config" or not isinstance(config.get("tile"), dict) else config["tile"])
+        if not isinstance(target, dict) or not target:
+            continue
+        key = draw(st.sampled_from(sorted(target)))
+        if draw(st.booleans()):
+            del target[key]
+        else:
+            target[key] = draw(_json_value())
+    return json.dumps([kernel])
+
+
+@fuzz(25, 250, mutated_tuning())
+def _fuzz_tuning(pipeline, text):
+    with tempfile.TemporaryDirectory(dir=pipeline["tmp"]) as d:
+        path = pathlib.Path(d) / "t.json"
+        path.write_text(text)
+        code, out, _ = run_tool("import", ["tuning-json", str(path)])
+        if code == 0:
+            for r in read_records(io.BytesIO(out)):
+                assert r["runtime_ns"] > 0
+
+
+test_import_tuning_json_on_mutated_files, test_import_tuning_json_on_mutated_files_long = _fuzz_tuning

@@ -147,6 +147,9 @@ def _write_json(tmp_path, data, name="bad.json"):
      ["configs[0]", "tile.output_bounds"]),
     ([_kernel(configs=[{"tile": {"warp_bounds": [1]}, "runtime_ns": 5}])],
      ["configs[0]", "warp_bounds"]),
+    # found by the fuzz suite: a key with a newline made a two-line error
+    ([_kernel(configs=[{"tile": {"a\nb": None}, "runtime_ns": 5}])],
+     ["configs[0]", "unknown bounds 'a\\nb'"]),
     ([_kernel(configs=[{"runtime_ns": -3}])], ["configs[0]", "'runtime_ns'", "positive"]),
     ([_kernel(configs=[])], ["'configs'", "non-empty"]),
     ([_kernel(hlo="%fusion.1 = f32[8]{0} fusion(%p), kind=kLoop, calls=%c")],
@@ -162,6 +165,7 @@ def test_malformed_tuning_json_names_file_and_key(tmp_path, data, words):
     res = _run(["import", "tuning-json", path])
     assert res.exit_code == 1
     assert res.stderr.startswith("tpuperf: error: ") and "Traceback" not in res.stderr
+    assert res.stderr.count("\n") == 1
     assert path in res.stderr
     for w in words:
         assert w in res.stderr, (w, res.stderr)

@@ -12,7 +12,7 @@ import sys
 import click
 
 from tpuperf_cli import __version__
-from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.errors import TpuperfError, one_line
 
 # name -> module under tpuperf_cli.commands defining `cli`
 COMMANDS = {
@@ -109,7 +109,7 @@ def _run(command, prog_name):
     except TpuperfError as e:
         if debug:
             raise
-        print(f"{prog_name}: error: {e}", file=sys.stderr)
+        print(f"{prog_name}: error: {one_line(str(e))}", file=sys.stderr)
         code = e.exit_code
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -52,3 +52,14 @@ def read_file(path: str | os.PathLike, mode: str = "rb", what: str | None = None
             return f.read()
     except OSError as e:
         raise _file_error(path, e, what) from None
+
+
+def one_line(message: str, limit: int = 2000) -> str:
+    """An error message as the one line the CLI prints: line breaks shown as
+    \\n, and the middle of a message longer than `limit` cut out (a message
+    that quotes hostile input stays one readable line)."""
+    message = message.replace("\r", "\\r").replace("\n", "\\n")
+    if len(message) > limit:
+        half = limit // 2
+        message = f"{message[:half]} ... {message[-half:]}"
+    return message

@@ -124,8 +124,17 @@ def locate(number: int | None = None, name: str | None = None, record: Record | 
     if isinstance(record, dict):
         program, kernel = record.get(PROGRAM), record.get(KERNEL)
         if program or kernel:
-            return f"{at} ({program}/{kernel})"
+            return f"{at} ({_label(program)}/{_label(kernel)})"
     return at
+
+
+def _label(value: Any) -> str:
+    """A record's name as an error shows it: as is when short plain text,
+    else repr'd and cut (a hostile name must not break the one-line error)."""
+    if isinstance(value, str) and len(value) <= 80 and value.isprintable():
+        return value
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class Location:

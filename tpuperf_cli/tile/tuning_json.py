@@ -98,7 +98,7 @@ def check_config(config: Any, where: str) -> tuple[dict | None, float | None, bo
         raise TuningDataError(f"{where}: key 'tile' must be an object, got {type(tile).__name__}")
     unknown = sorted(set(tile) - set(BOUND_KEYS))
     if unknown:
-        raise TuningDataError(f"{where}: key 'tile' has unknown bounds {', '.join(unknown)} "
+        raise TuningDataError(f"{where}: key 'tile' has unknown bounds {', '.join(map(repr, unknown))} "
                               f"(known: {', '.join(BOUND_KEYS)})")
     bounds = {key: _bounds(tile.get(key), where, f"tile.{key}") for key in BOUND_KEYS}
     if runtime is None:
