@@ -111,6 +111,13 @@ def _run(command, prog_name):
             raise
         print(f"{prog_name}: error: {one_line(str(e))}", file=sys.stderr)
         code = e.exit_code
+    except MemoryError:
+        if debug:
+            raise
+        # records are bounded (TPUPERF_MAX_RECORD_MB); this is the machine's limit
+        print(f"{prog_name}: error: out of memory (records or a model too large for this "
+              f"machine; TPUPERF_DEBUG=1 shows where)", file=sys.stderr)
+        code = 1
     sys.exit(code if isinstance(code, int) else 0)
 
 
