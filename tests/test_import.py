@@ -349,7 +349,7 @@ def test_layout_collection_is_refused_clearly(tmp_path):
                                                               "positive"]),
     ({"node_feat": np.full((5, 140), np.nan, np.float32)}, ["'node_feat'", "NaN"]),
     ({"config_runtime": np.array([object()] * 6, dtype=object)}, ["'config_runtime'",
-                                                                  "cannot read"]),
+                                                                  "Python objects"]),
     ({"node_opcode": np.array(list("abcde"))}, ["'node_opcode'", "expected integers"]),
     ({"edge_index": np.array([[0.5, 1.0]])}, ["'edge_index'", "expected integers", "float64"]),
     ({"config_feat": np.array([list("abcdefghijklmnopqrstuvwx")] * 6)},
@@ -364,6 +364,33 @@ def test_malformed_npz_names_file_and_key(tmp_path, override, words):
     for w in words:
         assert w in res.stderr, (w, res.stderr)
     assert res.stdout_bytes == b""
+
+
+@pytest.mark.parametrize("shape, words", [
+    ((2**35, 140), ["declares 19241453486080 bytes", "maximum record size (256 MiB"]),
+    ((5, 141), ["declares 2820 bytes ([5, 141] of float32) but holds 2800"]),
+])
+def test_npz_arrays_whose_header_lies_are_refused_before_loading(tmp_path, shape, words):
+    # a .npy header declares the array numpy allocates: check it against the bound and the archive
+    import zipfile
+
+    path = tmp_path / "prog_0123456789abcdef.npz"
+    make_tile_npz(path)
+    lie = tmp_path / "lie.npz"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(lie, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename == "node_feat.npy":
+                head = io.BytesIO()
+                np.lib.format.write_array_header_1_0(
+                    head, {"descr": "<f4", "fortran_order": False, "shape": shape})
+                data = head.getvalue() + b"\0" * (5 * 140 * 4)
+            dst.writestr(info.filename, data)
+    res = _run(["import", "tpugraphs", str(lie)])
+    assert res.exit_code == 1
+    assert f"{lie}: key 'node_feat': " in res.stderr and res.stderr.count("\n") == 1
+    for w in words:
+        assert w in res.stderr, res.stderr
 
 
 def test_not_an_npz_and_missing_paths(tmp_path):

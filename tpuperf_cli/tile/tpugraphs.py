@@ -127,11 +127,45 @@ def load(path: str) -> dict[str, np.ndarray]:
         arrays = {}
         for k in TILE_KEYS:
             try:
+                _check_declared(npz, k, path)
                 arrays[k] = npz[k]
             except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
                 raise TpuGraphsError(f"{path}: key {k!r}: cannot read the array ({e})") from None
     check(arrays, path)
     return arrays
+
+
+def _check_declared(npz, key: str, path: str) -> None:
+    """Refuse an array whose .npy header declares more than the maximum
+    record size, or other than the bytes the archive holds for it, before
+    numpy allocates what the header declares."""
+    import numpy as np
+
+    from tpuperf_cli.stream import MAX_RECORD_ENV, max_record_bytes
+
+    name = key + ".npy"
+    try:
+        info = npz.zip.getinfo(name)
+    except KeyError:
+        return      # numpy's own error names it
+    with npz.zip.open(name) as f:
+        version = np.lib.format.read_magic(f)
+        read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)
+        shape, _, dtype = read_header(f)
+        header = f.tell()
+    if dtype.hasobject:
+        _fail(path, key, "holds Python objects (a pickle), not numbers")
+    nbytes = dtype.itemsize
+    for d in shape:
+        nbytes *= d
+    limit = max_record_bytes()
+    if nbytes > limit:
+        _fail(path, key, f"declares {nbytes} bytes ({list(shape)} of {dtype}), more than the maximum "
+                         f"record size ({limit >> 20} MiB; set {MAX_RECORD_ENV} to raise it)")
+    if nbytes != info.file_size - header:
+        _fail(path, key, f"declares {nbytes} bytes ({list(shape)} of {dtype}) but holds "
+                         f"{info.file_size - header}")
 
 
 def _fail(path, key, what):
