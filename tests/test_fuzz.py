@@ -215,9 +215,11 @@ def mutated_records(draw, records):
         if not r:
             continue
         key = draw(st.sampled_from(sorted(r)))
-        op = draw(st.sampled_from(["drop", "value", "other", "array"]))
+        op = draw(st.sampled_from(["drop", "null", "value", "other", "array"]))
         if op == "drop":
             del r[key]
+        elif op == "null":
+            r[key] = None
         elif op == "value":
             r[key] = draw(_value())
         elif op == "other":
@@ -367,6 +369,10 @@ TOOLS = [
     ("eval", ["--data", "{in}", "--predicted", "--no-baseline", "--quiet"], "predicted"),
     ("train", ["--data", "{in}", "-o", "{dir}/m.pt", "--epochs", "1", "--hidden", "8",
                "--layers", "1", "--opcode-dim", "4", "--batch-size", "4"], "graphs"),
+    ("baseline", ["fit", "--data", "{in}", "-o", "{dir}/b.json", "--min-kernels", "1"], "graphs"),
+    ("select", ["--by", "pred_ns", "--top", "2", "{in}", "-o", "{dir}/s.msgpack"], "predicted"),
+    ("split", ["records", "--by", "kernel", "--test", "0.5", "{in}", "-o", "{dir}/s-{}.msgpack"],
+     "graphs"),
 ]
 
 

@@ -540,3 +540,11 @@ def test_train_command_errors(tmp_path):
                                                    "--out", str(tmp_path / "m.pt")],
                                              standalone_mode=False)
     assert isinstance(res.exception, TpuperfError) and "expected" in str(res.exception)
+
+
+@pytest.mark.parametrize("field", ["node_opcode", "node_feat", "edge_index"])
+def test_example_rejects_a_null_graph_field(field):
+    # found by the fuzz suite: AttributeError on None in predict
+    record = dict(synthetic_records(n_programs=1, kernels=1)[0], **{field: None})
+    with pytest.raises(StreamError, match=f"record 4 .*: field.s. {field} are null"):
+        example(record, 4, "g.msgpack")

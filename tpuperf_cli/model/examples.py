@@ -120,6 +120,10 @@ def example(record: Record, number: int | None = None, name: str | None = None) 
         raise StreamError(f"{where}: {record.get(TYPE, 'untyped')} record lacks field(s) "
                           f"{', '.join(missing)} (predict and train read graph records "
                           f"written by featurize: {', '.join(GRAPH_ARRAYS)})")
+    # found by the fuzz suite: a graph field present but null
+    null = [f for f in (NODE_OPCODE, NODE_FEAT, EDGE_INDEX) if record[f] is None]
+    if null:
+        raise StreamError(f"{where}: field(s) {', '.join(null)} are null, not arrays")
     opcode = _array(record, NODE_OPCODE, where, "int").ravel()
     feat = _array(record, NODE_FEAT, where, "<f4")
     edges = _array(record, EDGE_INDEX, where, "int")
