@@ -484,3 +484,48 @@ def _fuzz_tuning(pipeline, text):
 
 
 test_import_tuning_json_on_mutated_files, test_import_tuning_json_on_mutated_files_long = _fuzz_tuning
+
+
+# ---------------------------------------------------------------- a systematic sweep
+
+HOSTILE = [None, "", "x\ny", -1, 0, 2**64 - 1, -(2**63), float("nan"), float("inf"), 1.5, True, [],
+           [1, "a"], {}, {"a": None}, b"", b"\xff" * 7]
+
+# what the sweep found (all fixed; each fails on the code before): (tool, field, value)
+FOUND = [
+    ("score", "model", b""),              # bytes in json output
+    ("eval", "pred_ns", None),            # float(None) under --predicted
+    ("eval", "pred_ns", ""),
+    ("baseline", "kernel_feat", ""),      # np.asarray of a string
+    ("baseline", "kernel_feat", {}),
+    ("baseline", "program", []),          # unhashable names
+    ("select", "kernel", []),
+    ("split", "kernel", []),
+    ("predict", "node_feat", None),       # found by the random fuzz: null graph arrays
+]
+
+
+def _sweep_case(pipeline, t, key, value):
+    name, args, stream = TOOLS[t]
+    records = [dict(r) for r in pipeline[stream]]
+    records[0][key] = value
+    _tool_case(pipeline, t, "records", records)
+
+
+@pytest.mark.parametrize("tool, key, value", FOUND, ids=[f"{t}-{k}-{v!r}" for t, k, v in FOUND])
+def test_what_the_fuzz_found_stays_fixed(pipeline, tool, key, value):
+    t = next(i for i, (name, args, _) in enumerate(TOOLS) if name == tool
+             and (tool != "eval" or ("--predicted" in args) == (key == "pred_ns")))
+    _sweep_case(pipeline, t, key, value)
+
+
+@pytest.mark.slow
+def test_every_field_of_every_tool_set_to_hostile_values(pipeline):
+    # every field of the first record, set to each hostile value, for every
+    # tool but train (a few seconds a run): about 3,000 runs, a few minutes
+    for t, (name, _, stream) in enumerate(TOOLS):
+        if name == "train":
+            continue
+        for key in sorted(set().union(*map(set, pipeline[stream]))):
+            for value in HOSTILE:
+                _sweep_case(pipeline, t, key, value)

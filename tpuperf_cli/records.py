@@ -188,3 +188,13 @@ def measured_runtime(record: Record) -> float | None:
         return None
     rt = float(rt)
     return rt if 0 < rt < float("inf") else None
+
+
+def hashable(value: Any) -> Any:
+    """A record's name field as a dict key: itself when hashable, else its
+    repr (a list where a name belongs groups apart instead of crashing)."""
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value

@@ -104,6 +104,8 @@ def score_records(records: Iterable[Record], name: str = "input", top: int = 0) 
             p.runtime += float(rt) * count
             p.measured += 1
         model = record.get(MODEL)
+        if model is not None and not isinstance(model, str):
+            model = repr(model)     # a model name is text; json output needs it so
         if model is not None and model not in p.models:
             p.models.append(model)
         if top:

@@ -1,5 +1,6 @@
 """`tpuperf eval`: paper-style accuracy tables for one or more models."""
 
+import math
 import os
 
 import click
@@ -27,6 +28,11 @@ def _split_model(spec):
             return label, resolve_model(path)
     base = os.path.basename(spec)
     return (base.split(".")[0] or base), resolve_model(spec)
+
+
+def _finite(value):
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
 
 
 def _unique(labels):
@@ -186,6 +192,10 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
         if missing:
             raise TpuperfError(f"--predicted: {len(missing)} measured records lack pred_ns "
                                f"(first: measured record {missing[0]}); run `predict` first")
+        bad = next((i + 1 for i, r in enumerate(d.records) if not _finite(r[PRED_NS])), None)
+        if bad is not None:
+            raise TpuperfError(f"--predicted: measured record {bad}: pred_ns is not a finite "
+                               f"number ({d.records[bad - 1][PRED_NS]!r:.40})")
         names = sorted({str(r.get(MODEL, "predicted")) for r in d.records})
         label = names[0] if len(names) == 1 else "predicted"
         label = _unique(list(predictions) + [label])[-1]

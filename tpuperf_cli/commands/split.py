@@ -154,6 +154,7 @@ def records_cmd(inputs, by, test, valid, seed, output, quiet):
     """
     from tpuperf_cli.commands.options import record_writer
     from tpuperf_cli.split import split_records
+    from tpuperf_cli.tile import group_key
 
     if output.count("{}") != 1:
         raise click.BadParameter("needs one {} where the set's name goes, "
@@ -166,7 +167,7 @@ def records_cmd(inputs, by, test, valid, seed, output, quiet):
             writers[k] = record_writer(output.replace("{}", k))
         for which, record in split_records(inputs, by, valid, test, seed):
             writers[which].write(record)
-            kernels[which].add((record.get("program"), record.get("kernel")))
+            kernels[which].add(group_key(record))
     finally:
         for w in writers.values():
             w.close()

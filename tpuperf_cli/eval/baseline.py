@@ -48,7 +48,16 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from tpuperf_cli.errors import TpuperfError, read_file
-from tpuperf_cli.records import KERNEL_FEAT, KERNEL_FEATURES, PROGRAM, TARGET, Record, locate, measured_runtime
+from tpuperf_cli.records import (
+    KERNEL_FEAT,
+    KERNEL_FEATURES,
+    PROGRAM,
+    TARGET,
+    Record,
+    hashable,
+    locate,
+    measured_runtime,
+)
 from tpuperf_cli.stream import decode_array, is_array
 
 FORMAT = "tpuperf-baseline"
@@ -94,8 +103,12 @@ def cost_features(record: Record, where: str = "record") -> tuple[float, float]:
     feat = record.get(KERNEL_FEAT)
     if feat is None:
         raise TpuperfError(f"{where}: no kernel_feat field (run featurize first)")
-    a = decode_array(feat, KERNEL_FEAT) if is_array(feat) else np.asarray(feat)
-    a = np.asarray(a, dtype=np.float64).ravel()
+    try:
+        a = decode_array(feat, KERNEL_FEAT) if is_array(feat) else feat
+        a = np.asarray(a, dtype=np.float64).ravel()
+    except (TypeError, ValueError):
+        raise TpuperfError(f"{where}: kernel_feat is not an array of numbers "
+                           f"({type(feat).__name__})") from None
     names = KERNEL_FEATURES
     if a.size < len(names):
         raise TpuperfError(f"{where}: kernel_feat has {a.size} values, expected "
@@ -267,7 +280,7 @@ def fit_records(records: Iterable[Record], peak_flops: float | None = None, band
         memory.append(m)
         kinds.append(kernel_kind(record))
         runtime.append(float(rt))
-        seen.add(record.get(PROGRAM))
+        seen.add(hashable(record.get(PROGRAM)))
         target = record.get(TARGET)
         if isinstance(target, dict):
             key = (target.get("platform"), target.get("device_kind"))

@@ -24,9 +24,9 @@ Modules:
 Only numpy is imported here (lazily); no torch, DGL or jax.
 """
 
-from tpuperf_cli.records import KERNEL, PROGRAM
+from tpuperf_cli.records import KERNEL, PROGRAM, hashable
 
 
 def group_key(record: dict) -> tuple:
     """The kernel a configuration record belongs to."""
-    return (record.get(PROGRAM), record.get(KERNEL))
+    return (hashable(record.get(PROGRAM)), hashable(record.get(KERNEL)))
