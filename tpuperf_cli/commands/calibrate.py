@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from tpuperf_cli.commands.options import CONTEXT, quiet_option
+from tpuperf_cli.commands.options import CONTEXT, AliasOption, quiet_option
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
 
@@ -31,7 +31,8 @@ def parse_budget(ctx, param, text):
                    "--measure-share of it for timing, the rest for adapting.")
 @click.option("--model", "-m", "model", metavar="FILE",
               help="Base model to adapt [default: the bundled model].")
-@click.option("--out", "-o", "out", metavar="FILE", type=click.Path(dir_okay=False),
+@click.option("-o", "--output", "out", cls=AliasOption, hidden_aliases=["--out"], metavar="FILE",
+              type=click.Path(dir_okay=False),
               help="Write the model here [default: $XDG_DATA_HOME/tpuperf/models/TARGET.pt, "
                    "where predict, eval and score find it].")
 @click.option("--cache-dir", type=click.Path(file_okay=False),
@@ -87,7 +88,7 @@ def cli(backend, budget, model, out, cache_dir, corpus, samples, measure_share, 
     model) with the lowest median per-program MAPE, and the winner is
     refitted on all of them. benchmarks/bench_calibrate.py compares them.
 
-    Without --out the model goes to $XDG_DATA_HOME/tpuperf/models/ (default
+    Without --output the model goes to $XDG_DATA_HOME/tpuperf/models/ (default
     ~/.local/share/tpuperf/models/), named by target; from then on
     `predict`, `eval -m default` and so `score` pipelines use it by default
     when its target is the records' (this machine's, for records not
@@ -100,7 +101,7 @@ def cli(backend, budget, model, out, cache_dir, corpus, samples, measure_share, 
     \b
     Examples:
       tpuperf calibrate                       # 10 minutes, the bundled model
-      tpuperf calibrate --budget 3m -o mine.pt
+      tpuperf calibrate --budget 3m -o mine.pt   # (--out also works)
       tpuperf calibrate --backend gpu --budget 20m
       featurize < k.msgpack | predict | score    # now uses this machine's model
 
