@@ -145,3 +145,39 @@ def test_budget_durations():
     assert parse_budget(None, None, "45") == 45
     with pytest.raises(click.BadParameter):
         parse_budget(None, None, "ten minutes")
+
+
+def test_ctrl_c_keeps_the_kernels_timed_and_the_next_run_adapts_with_them(tmp_path):
+    import signal
+    import sqlite3
+    import time
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in SMALL:
+        shutil.copy(GRAPHS / f"{name}.zst", corpus)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_DATA_HOME=str(tmp_path / "data"))
+    cache = tmp_path / "cache"
+    args = [sys.executable, "-m", "tpuperf_cli", "calibrate", "--budget", "60s", "--samples", "1",
+            "--corpus", str(corpus), "--cache-dir", str(cache), "--max-kernels", "200"]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    rows = 0
+    t_end = time.monotonic() + 120
+    while rows == 0 and time.monotonic() < t_end and proc.poll() is None:
+        time.sleep(0.5)
+        try:
+            with sqlite3.connect(cache / "measurements.sqlite3") as db:
+                rows = db.execute("SELECT COUNT(*) FROM measurement").fetchone()[0]
+        except sqlite3.Error:
+            pass
+    assert rows > 0 and proc.poll() is None, "calibrate timed nothing, or finished first"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()
+    assert b"kept in the cache" in err
+    assert not list((tmp_path / "data").rglob("*.pt"))      # no model from an interrupted run
+    again = subprocess.run(args[:4] + ["--budget", "30s", "--samples", "1", "--corpus", str(corpus),
+                                       "--cache-dir", str(cache), "--max-kernels", str(rows)],
+                           env=env, capture_output=True, timeout=120)
+    assert again.returncode == 0, again.stderr.decode()
+    assert b"adapting at once" in again.stderr

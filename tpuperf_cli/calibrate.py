@@ -28,9 +28,11 @@ Adapting. Three methods, each from the base model:
               median log ratio of measured to predicted, a by least squares
               (within 0.8-1.25) from 200 kernels on, else 1 (the network is
               unchanged; only its scaling)
-    head      train the output head (the MLP after the graph reduction, and
-              the linear kernel-feature skip) for a few epochs, the rest frozen
-    finetune  train all weights for a few epochs at a low learning rate (1e-4)
+    head      scale, then train the output head (the MLP after the graph
+              reduction, and the linear kernel-feature skip) for a few epochs
+              at lr 3e-4, the rest frozen
+    finetune  scale, then train all weights for a few epochs at a low
+              learning rate (1e-4)
 The training kernels are split again by program (a fifth for validation);
 each method's epochs stop at the best validation error, and the method with
 the lowest median per-program MAPE on the validation programs wins (the base
@@ -67,7 +69,7 @@ class Options:
     model: str | None = None          # the base model; None: the bundled one
     out: str | None = None            # None: the user's models directory, named by target
     cache_dir: str | None = None
-    corpus: str | None = None         # a directory of graph shards (*.zst); None: the checkout's
+    corpus: tuple = ()                # directories or graph shards; empty: the checkout's corpus
     samples: int = 15
     min_time: float = 0.0005
     cpus: int | None = 1
@@ -116,16 +118,27 @@ def default_corpus() -> str | None:
     return path if os.path.isdir(path) else None
 
 
-def corpus_shards(corpus: str | None) -> list[str]:
-    path = corpus or default_corpus()
-    if path is None:
-        raise TpuperfError("no corpus to choose kernels from: this is not a checkout of tpuperf "
-                           "(examples/corpus/graphs); give --corpus DIR of featurized graph shards")
-    if os.path.isfile(path):
-        return [path]
-    shards = sorted(glob.glob(os.path.join(path, "*.zst")) + glob.glob(os.path.join(path, "*.msgpack")))
-    if not shards:
-        raise TpuperfError(f"--corpus {path}: no graph shards (*.zst, *.msgpack) there")
+def corpus_shards(corpus) -> list[str]:
+    """The graph shards of --corpus: a directory, a shard, or a list of
+    them (e.g. the checkout's corpus and `tpuperf generate | featurize`
+    output); None: the checkout's corpus."""
+    paths = [corpus] if isinstance(corpus, str) else list(corpus or [])
+    if not paths:
+        if default_corpus() is None:
+            raise TpuperfError("no corpus to choose kernels from: this is not a checkout of "
+                               "tpuperf (examples/corpus/graphs); give --corpus DIR of "
+                               "featurized graph shards")
+        paths = [default_corpus()]
+    shards = []
+    for path in paths:
+        if os.path.isfile(path):
+            shards.append(path)
+            continue
+        found = sorted(glob.glob(os.path.join(path, "*.zst")) +
+                       glob.glob(os.path.join(path, "*.msgpack")))
+        if not found:
+            raise TpuperfError(f"--corpus {path}: no graph shards (*.zst, *.msgpack) there")
+        shards.extend(found)
     return shards
 
 
@@ -480,10 +493,12 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None) -> d
         if method == "scale":
             m = fitter.scale(fitter.copy(), fit)
         elif method == "head":
-            m, epochs_of[method] = fitter.train(fitter.copy(), fit, valid, head_params, 1e-3,
+            m, epochs_of[method] = fitter.train(fitter.scale(fitter.copy(), fit), fit, valid,
+                                                head_params, 3e-4,
                                                 min(left, fit_time * share[method]))
         elif method == "finetune":
-            m, epochs_of[method] = fitter.train(fitter.copy(), fit, valid, all_params, 1e-4,
+            m, epochs_of[method] = fitter.train(fitter.scale(fitter.copy(), fit), fit, valid,
+                                                all_params, 1e-4,
                                                 min(left, fit_time * share[method]))
         else:
             raise TpuperfError(f"unknown adaptation method {method!r}")
@@ -503,9 +518,10 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None) -> d
             model, refit = fitter.scale(fitter.copy(), train), True
         elif left > 2:
             params = head_params if best == "head" else all_params
-            lr = 1e-3 if best == "head" else 1e-4
+            lr = 3e-4 if best == "head" else 1e-4
             if epochs_of.get(best, 0) > 0:
-                model, _ = fitter.train(fitter.copy(), train, [], params, lr, left - 1,
+                model, _ = fitter.train(fitter.scale(fitter.copy(), train), train, [], params, lr,
+                                        left - 1,
                                         max_epochs=epochs_of[best])
                 refit = True
     return {"model": model, "method": best, "scores": scores, "models": models, "refit": refit,
@@ -568,7 +584,9 @@ def calibrate(opts: Options, log) -> dict:
         if opts.max_kernels is not None:
             cached = cached[:opts.max_kernels]
         measured.extend(cached)
-        enough = len(cached) >= min(opts.min_cached, opts.max_kernels or opts.min_cached)
+        # kernels that failed here were tried too: they count toward enough
+        enough = len(cached) + cached_failed >= min(opts.min_cached,
+                                                    opts.max_kernels or opts.min_cached)
         if cached:
             log(f"calibrate: {len(cached)} kernel(s) already measured on this machine in the "
                 f"cache ({cache.path})" + ("; adapting at once" if enough and not opts.more else ""))

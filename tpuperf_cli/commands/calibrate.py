@@ -38,9 +38,10 @@ def parse_budget(ctx, param, text):
 @click.option("--cache-dir", type=click.Path(file_okay=False),
               help="measure's cache directory [default: $XDG_CACHE_HOME/tpuperf or "
                    "~/.cache/tpuperf].")
-@click.option("--corpus", type=click.Path(exists=True),
-              help="Featurized graph shards to choose kernels from (a directory of *.zst, or "
-                   "one shard) [default: examples/corpus/graphs of the checkout].")
+@click.option("--corpus", type=click.Path(exists=True), multiple=True,
+              help="Featurized graph shards to choose kernels from: a directory of *.zst, or a "
+                   "shard (e.g. `tpuperf generate ... | featurize -o gen.zst`); repeat for "
+                   "several [default: examples/corpus/graphs of the checkout].")
 @click.option("--samples", type=click.IntRange(1), default=15, show_default=True,
               help="Timed samples per kernel (as measure --samples).")
 @click.option("--measure-share", type=click.FloatRange(0.05, 0.95), default=0.6,
@@ -62,8 +63,9 @@ def cli(backend, budget, model, out, cache_dir, corpus, samples, measure_share, 
         max_kernels, methods, threads, quiet):
     """Adapt a model to this machine within a time budget.
 
-    Chooses kernels of the corpus (the checkout's examples/corpus, or
-    --corpus), times them here with measure's steady settings (one pinned
+    Chooses kernels of the corpus (the checkout's examples/corpus/graphs,
+    or --corpus: any featurized graph shards, such as the kernels of
+    `tpuperf generate` piped through featurize), times them here with measure's steady settings (one pinned
     CPU, the process clock on CPU, --samples samples, every result in
     measure's cache at once), adapts the base model to them and writes a
     model whose target is this machine. Everything, loading included, fits
