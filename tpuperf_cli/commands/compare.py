@@ -5,7 +5,15 @@ import sys
 
 import click
 
-from tpuperf_cli.commands.options import CONTEXT, format_option, model_option, output_option, quiet_option, text_output
+from tpuperf_cli.commands.options import (
+    CONTEXT,
+    format_option,
+    model_option,
+    note_model,
+    output_option,
+    quiet_option,
+    text_output,
+)
 
 
 @click.command("compare", context_settings=CONTEXT)
@@ -16,7 +24,9 @@ from tpuperf_cli.commands.options import CONTEXT, format_option, model_option, o
 @click.option("--compile", "-c", "backend", type=click.Choice(["cpu", "gpu", "tpu"]),
               help="Compile inputs that are not optimized yet (StableHLO/MHLO, HLO before "
                    "optimization) with XLA for this backend, as hlo-split --compile does.")
-@model_option(help="Model file from `tpuperf train` (default, or `default`: the bundled model).")
+@model_option(help="Model file from `tpuperf train`; `bundled` is the bundled model. Default "
+                   "(or `default`): the model `tpuperf calibrate` wrote for this machine, else "
+                   "the bundled model.")
 @click.option("--top", "-k", type=click.IntRange(0), default=5, show_default=True,
               help="Kernels listed per program: those whose predicted time differs most "
                    "from the fastest program's.")
@@ -63,6 +73,8 @@ def cli(inputs, module_re, backend, model, top, fmt, output, quiet):
     sources = _inputs(list(inputs), _compile_regex(module_re), quiet, backend,
                       "tpuperf compare")
     loaded = load_model(model)
+    if not quiet:
+        note_model("tpuperf compare", loaded)
     estimates = []
     for source, name, _ in sources:
         estimates.append(estimate_hlo(source, model=loaded, name=name, compile=backend))

@@ -63,9 +63,13 @@ def resolve_model(path):
 
 
 def model_option(help="Model file from `tpuperf train`; `default` is the bundled model.",
-                 required=False, **kwargs):
+                 required=False, default_is_none=True, **kwargs):
+    """-m/--model FILE. default_is_none: `default` gives None, as no
+    --model does: the tool loads the default model (calibrated for the
+    records' target, else the bundled one); else `default` is the bundled
+    model's path (a tool for which no --model means something else)."""
     def resolve(ctx, param, value):
-        if value == "default" and not os.path.exists(value):
+        if default_is_none and value == "default" and not os.path.exists(value):
             return None           # the default model: model.calibrated.default_choice
         return resolve_model(value) if value is not None else None
 
