@@ -630,8 +630,8 @@ def calibrate(opts: Options, log) -> dict:
     base = build(read_model_file(base_path), base_path)
     before = figures(Fitter.predict(base, test), truth, groups)
     reserve = 2.0 + 0.01 * opts.budget_s    # the figures after, saving the model file
-    result = adapt(base, train, log, max(1.0, budget.left() - reserve), opts.methods, opts.seed,
-                   opts.threads)
+    result = adapt(base, train, lambda m: log(f"{m}; {clock_text(budget.left())} left"),
+                   max(1.0, budget.left() - reserve), opts.methods, opts.seed, opts.threads)
     model = result["model"]
     after = figures(Fitter.predict(model, test), truth, groups)
 

@@ -73,14 +73,14 @@ def cli(inputs, module_re, backend, model, top, fmt, output, quiet):
     sources = _inputs(list(inputs), _compile_regex(module_re), quiet, backend,
                       "tpuperf compare")
     loaded = load_model(model)
-    if not quiet:
-        note_model("tpuperf compare", loaded)
     estimates = []
     for source, name, _ in sources:
         estimates.append(estimate_hlo(source, model=loaded, name=name, compile=backend))
         for w in estimates[-1].warnings if not quiet else []:
             print(f"tpuperf compare: warning: {w}", file=sys.stderr)
     result = compare(estimates, model=loaded)
+    if not quiet:         # once the inputs were good: an error stays one line
+        note_model("tpuperf compare", loaded)
     with text_output(output) as out:
         if fmt == "json":
             json.dump(result.to_dict(top), out)
