@@ -181,3 +181,10 @@ def test_ctrl_c_keeps_the_kernels_timed_and_the_next_run_adapts_with_them(tmp_pa
                            env=env, capture_output=True, timeout=120)
     assert again.returncode == 0, again.stderr.decode()
     assert b"adapting at once" in again.stderr
+
+
+def test_predict_bad_input_is_one_line_before_any_model_note(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_DATA_HOME=str(tmp_path))
+    got = run(["predict", str(tmp_path / "missing.zst"), "-o", str(tmp_path / "p.msgpack")], env)
+    assert got.returncode == 1
+    assert len(got.stderr.decode().strip().splitlines()) == 1, got.stderr.decode()

@@ -111,21 +111,14 @@ def cli(files, model, batch_size, output, device, threads, engine, show_model, q
 
 
 def _peek_target(records):
-    """(the same records, the first one's target or None); a reading error
-    is raised when the records are read, after the good ones."""
+    """(the same records, the first one's target or None). An error reading
+    the first record is raised here: no good record comes before it."""
     import itertools
-
-    from tpuperf_cli.errors import TpuperfError
 
     try:
         first = next(records)
     except StopIteration:
         return iter(()), None
-    except TpuperfError as e:
-        def failing():
-            raise e
-            yield
-        return failing(), None
     target = first.get("target") if isinstance(first, dict) else None
     return itertools.chain([first], records), target
 
