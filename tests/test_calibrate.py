@@ -11,11 +11,12 @@ import sys
 import click
 import pytest
 
-from conftest import write_stream
 from tpuperf_cli.calibrate import Candidate, hold_out, order
 from tpuperf_cli.commands.calibrate import parse_budget
 from tpuperf_cli.records import target_identity
 from tpuperf_cli.stream import read_records
+
+from conftest import write_stream
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GRAPHS = ROOT / "examples" / "corpus" / "graphs"
@@ -188,3 +189,17 @@ def test_predict_bad_input_is_one_line_before_any_model_note(tmp_path):
     got = run(["predict", str(tmp_path / "missing.zst"), "-o", str(tmp_path / "p.msgpack")], env)
     assert got.returncode == 1
     assert len(got.stderr.decode().strip().splitlines()) == 1, got.stderr.decode()
+
+
+def test_generated_kernels_are_candidates_the_model_reads():
+    from tpuperf_cli.calibrate import generated_candidates, set_sizes
+    from tpuperf_cli.model.predict import load_model
+
+    made = generated_candidates(12, seed=0, log=lambda m: None)
+    assert len(made) >= 10
+    assert all(c.record["program"].startswith("ops:") and c.record["hlo"] for c in made)
+    from tpuperf_cli.model import default_model_path
+
+    set_sizes(made, load_model(default_model_path()))
+    # sized by the model's prediction (without one every size would be -1)
+    assert len({c.stratum[1] for c in made}) >= 3

@@ -7,10 +7,13 @@
 
 Which kernels. The candidates are the distinct kernels (by fingerprint) of
 the corpus's featurized shards (examples/corpus/graphs/ in a checkout, or
---corpus DIR). They fall into strata by kind (the opcode; fusions by fusion
-kind) and size (the decade of the runtime the corpus measured), and the
-order of timing takes one kernel of each stratum in turn, so any prefix of
-it, the part a budget allows, covers every kind and size. Within a stratum
+--corpus DIR), and with --generate N, N kernels of `tpuperf generate
+--source ops` featurized here (sized by the base model's prediction; each
+opcode's kernels are a program "ops:OPCODE" for holding out). They fall
+into strata by kind (the opcode; fusions by fusion kind) and size (the
+decade of the runtime the corpus measured), and the order of timing takes
+one kernel of each stratum in turn, so any prefix of it, the part a budget
+allows, covers every kind and size. Within a stratum
 the turns alternate between a random kernel (representative) and the one on
 which the base model is least sure: the largest error of its prediction
 against the corpus's own measurement of the kernel, on the machine it was
@@ -81,6 +84,7 @@ class Options:
     max_kernels: int | None = None    # at most this many kernels (a quick run, tests)
     methods: tuple = METHODS
     exclude_programs: tuple = ()      # programs none of whose kernels is used (a benchmark's test set)
+    generate: int = 0                 # also this many kernels of `tpuperf generate --source ops`
     seed: int = 0
     threads: int | None = None
     extra: dict = field(default_factory=dict)
@@ -196,6 +200,46 @@ def load_candidates(shards: list[str], exclude_programs=()) -> list[Candidate]:
                 c.programs.add(str(record.get(PROGRAM, "")))
     return [c for fp, c in by_fp.items() if fp not in dropped
             and (c.corpus_ns is None or c.corpus_ns <= MAX_CORPUS_NS)]
+
+
+def generated_candidates(count: int, seed: int, log) -> list[Candidate]:
+    """`count` kernels of `tpuperf generate --source ops` (the generate
+    library's driver), featurized here, as candidates. They have no
+    runtime from the corpus: their size stratum is that of the base
+    model's prediction (set_sizes), their doubt 0."""
+    import io
+
+    from tpuperf_cli.features import featurize_kernel
+    from tpuperf_cli.generate import driver
+    from tpuperf_cli.records import TYPE
+    from tpuperf_cli.stream import RecordWriter, read_records
+
+    summary = driver.Summary()
+    buf = io.BytesIO()
+    writer = RecordWriter(buf, compress=False)
+    for record in driver.run(["ops"], seed, [], count, set(), log, summary):
+        try:
+            record.update(featurize_kernel(record))
+        except TpuperfError:
+            continue                 # a kernel featurize cannot read is no candidate
+        record[TYPE] = "graph"
+        writer.write(record)         # through the stream: the graph fields as records hold them
+    writer.close()
+    buf.seek(0)
+    return [Candidate(r) for r in read_records(buf, name="generated") if r.get(HLO)]
+
+
+def set_sizes(candidates: list[Candidate], model) -> None:
+    """The size stratum of candidates without a corpus runtime, from the
+    base model's prediction."""
+    from tpuperf_cli.model.examples import example
+
+    todo = [c for c in candidates if not c.corpus_ns]
+    if todo:
+        pred = model.predict_examples([example(c.record, i, "generated")
+                                       for i, c in enumerate(todo, 1)])
+        for c, p in zip(todo, pred):
+            c.stratum = (c.stratum[0], size_of(float(p)))
 
 
 def hold_out(candidates: list[Candidate], fraction: float, seed: int) -> list[str]:
@@ -555,8 +599,17 @@ def calibrate(opts: Options, log) -> dict:
         raise TpuperfError(f"model {base_path}: a {base_fast.task}-task model; calibrate adapts "
                            f"fusion-task models (runtimes), not tile rankings")
 
-    shards = corpus_shards(opts.corpus)
+    shards = corpus_shards(opts.corpus) if opts.corpus or not opts.generate or default_corpus() \
+        else []
     candidates = load_candidates(shards, opts.exclude_programs)
+    if opts.generate:
+        seen = {c.record[FINGERPRINT] for c in candidates}
+        made = [c for c in generated_candidates(opts.generate, opts.seed, log)
+                if c.record[FINGERPRINT] not in seen]
+        set_sizes(made, base_fast)
+        log(f"calibrate: {len(made)} kernel(s) from generate --source ops; "
+            f"{clock_text(budget.left())} left")
+        candidates += made
     if not candidates:
         raise TpuperfError(f"no kernels with hlo text in {len(shards)} corpus shard(s)")
     held_programs = hold_out(candidates, opts.holdout, opts.seed)

@@ -42,6 +42,9 @@ def parse_budget(ctx, param, text):
               help="Featurized graph shards to choose kernels from: a directory of *.zst, or a "
                    "shard (e.g. `tpuperf generate ... | featurize -o gen.zst`); repeat for "
                    "several [default: examples/corpus/graphs of the checkout].")
+@click.option("--generate", "generate", type=click.IntRange(0), default=0, metavar="N",
+              help="Also choose among N kernels of `tpuperf generate --source ops` (single "
+                   "operations of many kinds and sizes, made and featurized here).")
 @click.option("--samples", type=click.IntRange(1), default=15, show_default=True,
               help="Timed samples per kernel (as measure --samples).")
 @click.option("--measure-share", type=click.FloatRange(0.05, 0.95), default=0.6,
@@ -59,15 +62,16 @@ def parse_budget(ctx, param, text):
 @click.option("--threads", type=click.IntRange(0), default=0,
               help="Threads for training (default: min(2, cores) or $TPUPERF_THREADS).")
 @quiet_option(help="No progress on stderr (the held-out figures are still printed).")
-def cli(backend, budget, model, out, cache_dir, corpus, samples, measure_share, holdout, more,
-        max_kernels, methods, threads, quiet):
+def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, measure_share, holdout,
+        more, max_kernels, methods, threads, quiet):
     """Adapt a model to this machine within a time budget.
 
     Chooses kernels of the corpus (the checkout's examples/corpus/graphs,
     or --corpus: any featurized graph shards, such as the kernels of
-    `tpuperf generate` piped through featurize), times them here with measure's steady settings (one pinned
-    CPU, the process clock on CPU, --samples samples, every result in
-    measure's cache at once), adapts the base model to them and writes a
+    `tpuperf generate` piped through featurize; --generate N makes N
+    kernels of `tpuperf generate --source ops` itself), times them here
+    with measure's steady settings (one pinned CPU, the process clock on
+    CPU, --samples samples, every result in measure's cache at once), adapts the base model to them and writes a
     model whose target is this machine. Everything, loading included, fits
     in --budget of wall clock; progress and the time left go to stderr.
 
@@ -123,7 +127,8 @@ def cli(backend, budget, model, out, cache_dir, corpus, samples, measure_share, 
             print(msg, file=sys.stderr, flush=True)
 
     opts = Options(backend=backend, budget_s=budget, model=model, out=out, cache_dir=cache_dir,
-                   corpus=corpus, samples=samples, measure_share=measure_share, holdout=holdout,
+                   corpus=corpus, generate=generate, samples=samples,
+                   measure_share=measure_share, holdout=holdout,
                    more=more, max_kernels=max_kernels, methods=chosen, threads=threads or None)
     result = calibrate(opts, log)
     before, after = result["before"], result["after"]
