@@ -15,7 +15,7 @@ LAYERS = [
     ("tpuperf_cli.measure",),
     ("tpuperf_cli.metrics", "tpuperf_cli.split"),
     ("tpuperf_cli.model",),
-    ("tpuperf_cli.eval", "tpuperf_cli.score"),
+    ("tpuperf_cli.eval", "tpuperf_cli.score", "tpuperf_cli.calibrate"),
     ("tpuperf_cli.tile",),
     ("tpuperf_cli.api",),
     ("tpuperf_cli.commands", "tpuperf_cli.cli", "tpuperf_cli.__main__"),

@@ -93,8 +93,10 @@ def test_model_default_names_the_bundled_model(tmp_path, monkeypatch):
     assert resolve_model("m.pt") == "m.pt"
     from tpuperf_cli.commands.eval import _split_model
 
-    assert _split_model("default") == ("default", default_model_path())
-    assert _split_model("mine=default") == ("mine", default_model_path())
+    # `default` is the default model, chosen for the records' target when loaded
+    assert _split_model("default") == ("default", None)
+    assert _split_model("mine=default") == ("mine", None)
+    assert _split_model("bundled") == ("bundled", default_model_path())
     monkeypatch.chdir(tmp_path)
     (tmp_path / "default").write_bytes(b"")   # a file of that name wins
     assert resolve_model("default") == "default"

@@ -10,7 +10,8 @@ several.
     print(cmp)                                          # ranked, with the kernels that differ
 
 Each runs what the tools run, in process: hlo-split's kernel splitting,
-featurize, predict (the bundled model, or model=PATH or a loaded model) and
+featurize, predict (the default model: this machine's from `tpuperf calibrate`,
+else the bundled one; or model=PATH or a loaded model) and
 score's sum over kernels x their counts. The jitted function is lowered and
 compiled by the user's own jax, for the backend jax picks for those
 arguments (its default, or what the arguments and jax's settings say):
@@ -245,7 +246,7 @@ def estimate(fn: Any, *args: Any, model: ModelLike = None, name: str | None = No
     (wrapped in jax.jit). Arguments may be arrays or jax.ShapeDtypeStruct.
     Compiling uses the backend jax picks for them; nothing of jax's
     configuration is changed. model: a model file, a loaded model, or None
-    for the bundled one. name: the program's name (default: the
+    for the default one (load_model). name: the program's name (default: the
     function's).
     """
     compiled, default_name = _compiled(fn, args, kwargs)
@@ -338,7 +339,8 @@ _MODELS: dict[str, Any] = {}
 
 
 def load_model(model: ModelLike = None) -> "Model":
-    """A loaded model (cached by path): None is the bundled model."""
+    """A loaded model (cached by path): None is the default model (the
+    model `tpuperf calibrate` wrote for this machine, else the bundled one)."""
     if _is_model(model):
         return model
     from tpuperf_cli.model.predict import load_model as _load

@@ -30,6 +30,7 @@ COMMANDS = {
     "machine": "machine",
     "compare": "compare",
     "generate": "generate",
+    "calibrate": "calibrate",
 }
 # Tools installed as programs of their own (pyproject's [project.scripts]).
 STANDALONE = ("hlo-split", "featurize", "measure", "predict", "score")

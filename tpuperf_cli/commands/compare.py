@@ -5,7 +5,15 @@ import sys
 
 import click
 
-from tpuperf_cli.commands.options import CONTEXT, format_option, model_option, output_option, quiet_option, text_output
+from tpuperf_cli.commands.options import (
+    CONTEXT,
+    format_option,
+    model_option,
+    note_model,
+    output_option,
+    quiet_option,
+    text_output,
+)
 
 
 @click.command("compare", context_settings=CONTEXT)
@@ -16,7 +24,9 @@ from tpuperf_cli.commands.options import CONTEXT, format_option, model_option, o
 @click.option("--compile", "-c", "backend", type=click.Choice(["cpu", "gpu", "tpu"]),
               help="Compile inputs that are not optimized yet (StableHLO/MHLO, HLO before "
                    "optimization) with XLA for this backend, as hlo-split --compile does.")
-@model_option(help="Model file from `tpuperf train` (default, or `default`: the bundled model).")
+@model_option(help="Model file from `tpuperf train`; `bundled` is the bundled model. Default "
+                   "(or `default`): the model `tpuperf calibrate` wrote for this machine, else "
+                   "the bundled model.")
 @click.option("--top", "-k", type=click.IntRange(0), default=5, show_default=True,
               help="Kernels listed per program: those whose predicted time differs most "
                    "from the fastest program's.")
@@ -69,6 +79,8 @@ def cli(inputs, module_re, backend, model, top, fmt, output, quiet):
         for w in estimates[-1].warnings if not quiet else []:
             print(f"tpuperf compare: warning: {w}", file=sys.stderr)
     result = compare(estimates, model=loaded)
+    if not quiet:         # once the inputs were good: an error stays one line
+        note_model("tpuperf compare", loaded)
     with text_output(output) as out:
         if fmt == "json":
             json.dump(result.to_dict(top), out)

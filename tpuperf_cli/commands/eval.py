@@ -16,18 +16,27 @@ from tpuperf_cli.commands.options import (
     text_output,
 )
 from tpuperf_cli.errors import TpuperfError
-from tpuperf_cli.records import BASELINE_NS, MODEL, PRED_NS, locate
+from tpuperf_cli.records import BASELINE_NS, MODEL, PRED_NS, TARGET, locate
 
 
 def _split_model(spec):
     """"LABEL=PATH" or "PATH" -> (label, path); the label defaults to the
-    file name without extension. PATH `default` is the bundled model."""
+    file name without extension. PATH `default` is the default model (None
+    here), `bundled` the bundled one."""
     if "=" in spec and not os.path.exists(spec):
         label, path = spec.split("=", 1)
         if label and path:
-            return label, resolve_model(path)
+            return label, _resolve(path)
     base = os.path.basename(spec)
-    return (base.split(".")[0] or base), resolve_model(spec)
+    return (base.split(".")[0] or base), _resolve(spec)
+
+
+def _resolve(path):
+    """None for `default` (the default model, chosen for the records'
+    target when it is loaded), else resolve_model's path."""
+    if path == "default" and not os.path.exists(path):
+        return None
+    return resolve_model(path)
 
 
 def _finite(value):
@@ -49,8 +58,10 @@ def _unique(labels):
               help="Measured graph shard (plain or .zst); repeat, or list several after one --data.")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
 @click.option("--model", "-m", "models", multiple=True, metavar="[LABEL=]PATH",
-              help="Model file from `tpuperf train` (`default`: the bundled model); repeat for "
-                   "a side-by-side table. The column label is LABEL, else the file name.")
+              help="Model file from `tpuperf train`; repeat for a side-by-side table. The "
+                   "column label is LABEL, else the file name. `default`: the model `tpuperf "
+                   "calibrate` wrote for the records' target, else the bundled model (named "
+                   "on stderr); `bundled`: the bundled model.")
 @click.option("--predicted", is_flag=True,
               help="Also evaluate the pred_ns the records already carry (from `predict`).")
 @baseline_option(help="Roofline baseline JSON from `tpuperf baseline fit` (a 'baseline' column).")
@@ -186,7 +197,8 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
     specs = [_split_model(s) for s in models]
     labels = _unique([lab for lab, _ in specs])
     for label, (_, path) in zip(labels, specs):
-        predictions[label] = _run_model(path, d.records, batch_size, note)
+        predictions[label] = _run_model(path, d.records, batch_size, note,
+                                        d.records[0].get(TARGET) if d.records else None)
     if predicted:
         missing = [i + 1 for i, r in enumerate(d.records) if PRED_NS not in r]
         if missing:
@@ -247,11 +259,12 @@ def _baseline(path, records):
     return None
 
 
-def _run_model(path, records, batch_size, note):
-    """Predicted ns for each record from a model file, via the model library."""
+def _run_model(path, records, batch_size, note, target=None):
+    """Predicted ns for each record from a model file (None: the default
+    model for the records' target), via the model library."""
     from tpuperf_cli.eval.predictors import model_predictions
 
-    pred, model = model_predictions(path, records, batch_size)
-    note(f"eval: {path}: model {model.name} ({model.task} task, "
-         f"{model.cfg.gnn}/{model.cfg.reduction})")
+    pred, model = model_predictions(path, records, batch_size, target)
+    note(f"eval: {model.path}: model {model.name} ({model.task} task, "
+         f"{model.cfg.gnn}/{model.cfg.reduction})" + (f"; {model.chosen}" if model.chosen else ""))
     return pred

@@ -53,9 +53,9 @@ def format_option(choices, default, help="Output format."):
 
 
 def resolve_model(path):
-    """A --model value as a path: `default` is the bundled model (unless a
-    file of that name is in the working directory)."""
-    if path == "default" and not os.path.exists(path):
+    """A --model value as a path: `default` and `bundled` are the bundled
+    model (unless a file of that name is in the working directory)."""
+    if path in ("default", "bundled") and not os.path.exists(path):
         from tpuperf_cli.model import default_model_path
 
         return default_model_path()
@@ -63,12 +63,24 @@ def resolve_model(path):
 
 
 def model_option(help="Model file from `tpuperf train`; `default` is the bundled model.",
-                 required=False, **kwargs):
+                 required=False, default_is_none=True, **kwargs):
+    """-m/--model FILE. default_is_none: `default` gives None, as no
+    --model does: the tool loads the default model (calibrated for the
+    records' target, else the bundled one); else `default` is the bundled
+    model's path (a tool for which no --model means something else)."""
     def resolve(ctx, param, value):
+        if default_is_none and value == "default" and not os.path.exists(value):
+            return None           # the default model: model.calibrated.default_choice
         return resolve_model(value) if value is not None else None
 
     return click.option("-m", "--model", "model", required=required, metavar="FILE",
                         callback=resolve, help=help, **kwargs)
+
+
+def note_model(prog, model):
+    """Say on stderr which model a tool chose by default (model.chosen)."""
+    if getattr(model, "chosen", None):
+        print(f"{prog}: model {model.name} ({model.path}): {model.chosen}", file=sys.stderr)
 
 
 def baseline_option(help="Roofline baseline JSON from `tpuperf baseline fit`.", **kwargs):

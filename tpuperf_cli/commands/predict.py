@@ -9,6 +9,7 @@ from tpuperf_cli.commands.options import (
     CONTEXT,
     AliasOption,
     model_option,
+    note_model,
     output_option,
     quiet_option,
     record_writer,
@@ -18,7 +19,9 @@ from tpuperf_cli.commands.options import (
 
 @click.command("predict", context_settings=CONTEXT)
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
-@model_option(help="Model file from `tpuperf train` (default, or `default`: the bundled model).")
+@model_option(help="Model file from `tpuperf train`; `bundled` is the bundled model. Default "
+                   "(or `default`): the model `tpuperf calibrate` wrote for the records' "
+                   "target (this machine's, for records not measured), else the bundled model.")
 @click.option("--batch-size", cls=AliasOption, hidden_aliases=["-b"], type=click.IntRange(1),
               default=512, show_default=True, help="Graphs predicted together.")
 @output_option(help="Write records here (.zst: compressed) instead of stdout.")
@@ -35,8 +38,8 @@ from tpuperf_cli.commands.options import (
 @click.option("--show-model", is_flag=True,
               help="Print what the model file holds (name, task, target, hyperparameters, "
                    "training data and figures) as JSON and exit.")
-@quiet_option(help="No warning on stderr when the records' measurement target differs from "
-                   "the model's.")
+@quiet_option(help="No notes on stderr: neither the default model chosen nor a warning when "
+                   "the records' measurement target differs from the model's.")
 def cli(files, model, batch_size, output, device, threads, engine, show_model, quiet):
     """Predict each kernel's runtime with a trained model.
 
@@ -50,12 +53,16 @@ def cli(files, model, batch_size, output, device, threads, engine, show_model, q
                 orders a kernel's configurations: lower = faster)
       model     the model's name (file stem and a hash of its weights)
 
-    Without --model, the model bundled with tpuperf is used: trained on
-    kernels of example JAX programs measured with XLA:CPU (see `predict
-    --show-model`). Its figures are for that machine; train your own for
-    another target (`tpuperf train --help`). When the records carry a
-    measurement target (from measure) other than the model's, predict warns
-    once on stderr.
+    Without --model, predict uses the model `tpuperf calibrate` wrote for
+    the records' target (the target of the first record; for records not
+    measured, this machine's CPU as `measure` describes it by default) in
+    $XDG_DATA_HOME/tpuperf/models/, and says so on stderr; when there is
+    none, the model bundled with tpuperf: trained on kernels of example JAX
+    programs measured with XLA:CPU (see `predict --show-model`). Its
+    figures are for that machine: calibrate one for yours (`tpuperf
+    calibrate --help`) or train your own (`tpuperf train --help`). When the
+    records carry a measurement target (from measure) other than the
+    model's, predict warns once on stderr.
 
     Records are predicted --batch-size at a time, in input order, so
     predict works in a pipe and on large shards alike. A record that is
@@ -82,16 +89,38 @@ def cli(files, model, batch_size, output, device, threads, engine, show_model, q
 
     if not show_model:
         refuse_terminal(output, "score")
-    model = load_model(model, device=device, threads=threads or None, engine=engine)
+    records = None
+    target = None
+    if model is None and not show_model:
+        # the default model follows the records' target: peek at the first one
+        records, target = _peek_target(read_many(list(files)))
+    model = load_model(model, device=device, threads=threads or None, engine=engine,
+                       target=target)
     if show_model:
         json.dump(model.describe(), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
         return
-    records = read_many(list(files))
+    if not quiet:
+        note_model("predict", model)
+    if records is None:
+        records = read_many(list(files))
     warn = (lambda msg: None) if quiet else None
     with record_writer(output, "score") as out:
         for record in predict_records(records, model, batch_size, name=_name(files), warn=warn):
             out.write(record)
+
+
+def _peek_target(records):
+    """(the same records, the first one's target or None). An error reading
+    the first record is raised here: no good record comes before it."""
+    import itertools
+
+    try:
+        first = next(records)
+    except StopIteration:
+        return iter(()), None
+    target = first.get("target") if isinstance(first, dict) else None
+    return itertools.chain([first], records), target
 
 
 def _name(files):

@@ -18,7 +18,8 @@ from tpuperf_cli.stream import read_many
 @click.option("-k", "--top", "k", type=click.IntRange(min=1), default=5, show_default=True,
               help="How many configurations to keep per kernel.")
 @model_option(help="Predict with this model file first (as `predict --model`; `default` is "
-                   "the bundled model); without it every record must already carry pred_ns.")
+                   "the bundled model); without it every record must already carry pred_ns.",
+              default_is_none=False)
 @click.option("--by", "field", default="pred_ns", show_default=True, metavar="FIELD",
               help="The numeric field to rank by, smaller = faster (e.g. runtime_ns to list "
                    "the measured best).")

@@ -17,16 +17,17 @@ if TYPE_CHECKING:
     from tpuperf_cli.model.predict import Model
 
 
-def model_predictions(path: str | None, records: Sequence[Record], batch_size: int = 256) -> tuple[np.ndarray,
-                      Model]:
+def model_predictions(path: str | None, records: Sequence[Record], batch_size: int = 256,
+                      target: dict | None = None) -> tuple[np.ndarray, Model]:
     """Predicted runtime (ns; for a tile-ranking model a score, lower =
     faster) per record, in record order, from the model file at path, and
     the model's name. Records are not changed. Errors (missing or bad model
     file, records that are not graph records) are TpuperfErrors raised by
-    the model library, naming the record."""
+    the model library, naming the record. path None: the default model
+    for `target` (model.calibrated.default_choice)."""
     from tpuperf_cli.model.examples import example
     from tpuperf_cli.model.predict import load_model
 
-    model = load_model(path)
+    model = load_model(path, target=target)
     examples = [example(r, i, "measured records") for i, r in enumerate(records, 1)]
     return np.asarray(model.predict_examples(examples, batch_size), dtype=np.float64), model

@@ -77,6 +77,7 @@ class Model:
         self.lut = scaler.opcode_table(net.cfg.num_opcodes)
         self.sequence = net.cfg.reduction in ("lstm", "transformer")
         self.engine = getattr(net, "engine", "dgl")     # "numpy": infer.NumpyNet, no torch
+        self.chosen = None         # why load_model chose this file as the default, if it did
         self._memo = {}            # graph inputs (bytes) -> predicted ns, see predict_parts
         self._memo_bytes = 0
 
@@ -364,8 +365,11 @@ ENGINES = ("auto", "numpy", "dgl")
 
 
 def load_model(path: str | None = None, device: str = "cpu", threads: int | None = None,
-               engine: str = "auto") -> Model:
-    """Load a model file (None: the bundled default model).
+               engine: str = "auto", target: dict | None = None) -> Model:
+    """Load a model file (None: the default model, calibrated.default_choice:
+    this machine's calibrated model for `target`, the records' target, or for
+    this machine when None; else the bundled one). model.chosen says why a
+    default model was chosen (None for a path given).
 
     engine: "numpy" runs the weights in numpy (infer.NumpyNet: no torch or
     DGL imported), "dgl" the DGL network, "auto" numpy on the CPU wherever it
@@ -374,9 +378,12 @@ def load_model(path: str | None = None, device: str = "cpu", threads: int | None
     """
     if engine not in ENGINES:
         raise TpuperfError(f"engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    chosen = None
     if path is None:
-        path = default_model_path()
-        if not os.path.exists(path):
+        from tpuperf_cli.model.calibrated import default_choice
+
+        path, chosen = default_choice(target)
+        if path == default_model_path() and not os.path.exists(path):
             raise TpuperfError(f"the bundled model {path} is missing (a broken install?); "
                                f"name one with --model")
     if engine == "numpy" and device != "cpu":
@@ -386,10 +393,13 @@ def load_model(path: str | None = None, device: str = "cpu", threads: int | None
         threads = thread_env(threads)
         model = _load_numpy(path, required=engine == "numpy")
         if model is not None:
+            model.chosen = chosen
             return model
     set_threads(threads)
     check_device(device)
-    return build(read_model_file(path), path, device)
+    model = build(read_model_file(path), path, device)
+    model.chosen = chosen
+    return model
 
 
 def _load_numpy(path: str, required: bool) -> Model | None:

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""How much `tpuperf calibrate` recovers on this machine, on programs it never saw.
+
+The test set: the kernels of the manual split's test programs
+(examples/splits/manual.json: gpt, gru, sepconv, wavenet; families the
+training programs lack), re-measured here with measure's steady settings
+(through measure's cache, so a second run of the benchmark times nothing
+again), up to --test-kernels of them, stratified by kind and size as
+calibrate orders its own. Then calibrate runs (the library, the same code
+as the command) with --budget on the rest of the corpus, its kernels of any
+test program left out, and the benchmark prints the median over test
+programs of the kernel MAPE (and the kernels' Kendall tau) of
+
+    the bundled model                 (trained on the corpus's machine)
+    the calibrated model              (the method calibrate chose)
+    each adaptation method            (scale, head, finetune: fitted on
+                                       calibrate's fitting programs, as
+                                       calibrate compares them)
+    a model trained from scratch      (--scratch-model FILE: trained, e.g. by
+                                       `tpuperf train`, on the whole corpus
+                                       measured on this machine)
+
+with the ratio calibrated / bundled and calibrated / scratch, the machine
+(and whether it is the corpus's CPU model) and the load average. The
+issue's goal: on a CPU that is not the corpus's, with a 10-minute budget,
+calibrated <= 0.5x bundled and <= 20%, and within 1.25x of scratch.
+
+    .venv/bin/python benchmarks/bench_calibrate.py                  # 10 minutes
+    .venv/bin/python benchmarks/bench_calibrate.py --budget 3m --test-kernels 80
+    .venv/bin/python benchmarks/bench_calibrate.py --scratch-model here.pt
+
+The test kernels' timing is not part of the budget (it is printed apart).
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main():
+    from tpuperf_cli.commands.calibrate import parse_budget
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--budget", default="10m", help="calibrate's budget (10m, 3m, 90s)")
+    ap.add_argument("--test-kernels", type=int, default=150,
+                    help="distinct test-program kernels to time here (stratified)")
+    ap.add_argument("--test-seconds", type=float, default=300,
+                    help="at most this long timing the test kernels")
+    ap.add_argument("--split", default=str(ROOT / "examples" / "splits" / "manual.json"))
+    ap.add_argument("--corpus", default=str(ROOT / "examples" / "corpus" / "graphs"))
+    ap.add_argument("--cache-dir", default=None, help="measure's cache (default: measure's)")
+    ap.add_argument("--scratch-model", default=None,
+                    help="a model trained from scratch on the whole corpus measured here")
+    ap.add_argument("--samples", type=int, default=15)
+    ap.add_argument("--json", default=None, help="also write the figures here")
+    args = ap.parse_args()
+    budget_s = parse_budget(None, None, args.budget)
+
+    from tpuperf_cli import calibrate as cal
+    from tpuperf_cli.measure import MeasureSession
+    from tpuperf_cli.measure.cache import Cache
+    from tpuperf_cli.measure.target import same_machine
+    from tpuperf_cli.measure.worker import IsolatedMeasurer
+    from tpuperf_cli.model import default_model_path
+    from tpuperf_cli.model.calibrated import machine_target
+    from tpuperf_cli.model.examples import example
+    from tpuperf_cli.model.predict import load_model
+    from tpuperf_cli.split import load_split
+
+    def log(msg):
+        print(msg, file=sys.stderr, flush=True)
+
+    here = machine_target()
+    manifest = json.load(open(ROOT / "examples" / "corpus" / "manifest.json"))
+    differs = same_machine(here, manifest["target"])
+    differs = [k for k in differs if k in ("platform", "chip", "cpu", "caches")]
+    cpu = here.get("cpu", {})
+    machine = (f"{here['chip']} (vendor {cpu.get('vendor')}, family {cpu.get('family')}, "
+               f"model {cpu.get('model')}, stepping {cpu.get('stepping')}; caches "
+               + ",".join(f"{k}={v}" for k, v in sorted(here.get("caches", {}).items())) + ")")
+    load = os.getloadavg()
+    print(f"machine: {machine}, {os.cpu_count()} CPU(s); load average {load[0]:.2f} "
+          f"{load[1]:.2f} {load[2]:.2f}")
+    if not differs:
+        print("  the same CPU model as the corpus's: the issue's 'another CPU' condition cannot "
+              "be met here (the figures show calibrate on the corpus's own kind of machine)")
+    else:
+        print(f"  not the corpus's CPU (differs in {', '.join(differs)})")
+
+    test_programs = set(load_split(args.split)["test"])
+    shards = cal.corpus_shards(args.corpus)
+    test_shards = [s for s in shards if Path(s).name.split(".")[0] in test_programs]
+    if not test_shards:
+        sys.exit(f"bench_calibrate: no shard of the test programs of {args.split} in {args.corpus}")
+
+    # 1. the test kernels, timed here (through the cache)
+    t0 = time.monotonic()
+    tests = cal.load_candidates(test_shards)
+    cal.hold_out(tests, 0.0, 0)
+    ordered = cal.order(tests, seed=1)
+    measurer = IsolatedMeasurer("cpu", samples=args.samples, min_time=0.0005, cpus=1)
+    cache = Cache(args.cache_dir)
+    session = MeasureSession(measurer, cache)
+    budget = cal.Budget(args.test_seconds)
+    try:
+        cached, _ = cal.from_cache(ordered, session)
+        cached = cached[:args.test_kernels]
+        skip = {c.record["fingerprint"] for c, _ in cached}
+        more = cal.measure_in_order(ordered, session, args.test_seconds, budget, skip, log,
+                                    max(0, args.test_kernels - len(cached)))
+    finally:
+        measurer.close()
+        cache.close()
+    pairs = cached + more
+    test_seconds = time.monotonic() - t0
+    test_examples = []
+    for i, (c, r) in enumerate(pairs, 1):
+        ex = example(r, i, "test")
+        ex.program = c.group
+        test_examples.append(ex)
+    truth = [e.runtime for e in test_examples]
+    groups = [e.program for e in test_examples]
+    print(f"test set: {len(pairs)} distinct kernel(s) of {len(set(groups))} test program(s) "
+          f"timed here ({session.timed} now, {len(cached)} from the cache; {test_seconds:.0f}s)")
+    if len(pairs) < 5:
+        sys.exit("bench_calibrate: too few test kernels measured")
+
+    # 2. calibrate, its budget all included, the test programs left out
+    out = tempfile.NamedTemporaryFile(suffix=".pt", delete=False).name
+    opts = cal.Options(budget_s=budget_s, out=out, cache_dir=args.cache_dir, corpus=args.corpus,
+                       samples=args.samples, exclude_programs=tuple(sorted(test_programs)))
+    result = cal.calibrate(opts, log)
+
+    # 3. figures on the test set
+    rows = {}
+    bundled = load_model(default_model_path())
+    rows["bundled"] = cal.figures(bundled.predict_examples(test_examples), truth, groups)
+    rows[f"calibrated ({result['method']})"] = cal.figures(
+        load_model(out).predict_examples(test_examples), truth, groups)
+    for method, model in result["models"].items():
+        if method != "base":
+            rows[f"  {method} (fitted on calibrate's fitting programs)"] = cal.figures(
+                cal.Fitter.predict(model, test_examples), truth, groups)
+    if args.scratch_model:
+        rows["scratch (--scratch-model)"] = cal.figures(
+            load_model(args.scratch_model).predict_examples(test_examples), truth, groups)
+    os.unlink(out)
+
+    print(f"calibrate: budget {budget_s:.0f}s, spent {result['seconds']:.0f}s; "
+          f"{result['train']} kernel(s) fitted, {result['held_out']} held out; "
+          f"{result['timed']} timed in this run")
+    print(f"{'model':<48} {'median kernel MAPE':>19} {'tau':>7}")
+    for name, f in rows.items():
+        print(f"{name:<48} {f['program_mape']:>18.1f}% {f['tau']:>7.3f}")
+    b = rows["bundled"]["program_mape"]
+    c = rows[f"calibrated ({result['method']})"]["program_mape"]
+    print(f"calibrated / bundled: {c / b:.2f}x (goal <= 0.5x, and <= 20%)")
+    if args.scratch_model:
+        s = rows["scratch (--scratch-model)"]["program_mape"]
+        print(f"calibrated / scratch: {c / s:.2f}x (goal <= 1.25x)")
+    else:
+        print("scratch: not run (give --scratch-model, a model trained on the whole corpus "
+              "measured on this machine)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": here, "load": load, "rows": rows,
+                       "method": result["method"], "budget_s": budget_s}, f, indent=1,
+                      default=lambda v: None if isinstance(v, float) and math.isnan(v) else str(v))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""tpuperf calibrate: kernels chosen across strata, timed through measure's
+cache, a model written for this machine that predict and eval then use by
+default; a second run reuses the cache."""
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import click
+import pytest
+
+from tpuperf_cli.calibrate import Candidate, hold_out, order
+from tpuperf_cli.commands.calibrate import parse_budget
+from tpuperf_cli.records import target_identity
+from tpuperf_cli.stream import read_records
+
+from conftest import write_stream
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+GRAPHS = ROOT / "examples" / "corpus" / "graphs"
+SMALL = ["autoenc_s_train", "seq2seq_s_fwd", "mlp_s_train", "autoenc_m_train", "mlp_m_train"]
+
+
+def run(args, env, stdin=None):
+    return subprocess.run([sys.executable, "-m", "tpuperf_cli", *args], env=env, input=stdin,
+                          capture_output=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    """One quick calibrate run (20 s, 16 kernels, one sample each) on five
+    small programs of the corpus, in a temporary data and cache directory."""
+    tmp = tmp_path_factory.mktemp("calibrate")
+    corpus = tmp / "corpus"
+    corpus.mkdir()
+    for name in SMALL:
+        shutil.copy(GRAPHS / f"{name}.zst", corpus)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_DATA_HOME=str(tmp / "data"))
+    args = ["calibrate", "--budget", "20s", "--max-kernels", "16", "--samples", "1",
+            "--corpus", str(corpus), "--cache-dir", str(tmp / "cache")]
+    first = run(args, env)
+    assert first.returncode == 0, first.stderr.decode()
+    second = run(args, env)
+    assert second.returncode == 0, second.stderr.decode()
+    return {"tmp": tmp, "env": env, "corpus": corpus, "first": first, "second": second}
+
+
+def test_writes_a_model_for_this_machine(calibrated):
+    from tpuperf_cli.model.calibrated import machine_target
+    from tpuperf_cli.model.predict import load_model
+
+    models = calibrated["tmp"] / "data" / "tpuperf" / "models"
+    files = sorted(models.glob("*.pt"))
+    assert len(files) == 1, os.listdir(models)
+    model = load_model(str(files[0]))
+    assert target_identity(model.target) == target_identity(machine_target())
+    assert model.name.startswith("calibrated-")
+    info = model.meta["trained"]["calibrated"]
+    assert info["method"] in ("base", "scale", "head", "finetune")
+    assert info["kernels"] >= 2
+
+
+def test_prints_held_out_figures_before_and_after(calibrated):
+    out = calibrated["first"].stdout.decode()
+    assert "held out:" in out
+    if "no kernel of the held-out programs" not in out:
+        assert "before (default-" in out and "after  (calibrated-" in out
+        assert "MAPE" in out and "tau" in out
+    err = calibrated["first"].stderr.decode()
+    assert "left" in err                      # the time left, on stderr
+    assert "wrote " in out
+
+
+def test_second_run_reuses_the_cache_and_adapts_at_once(calibrated):
+    err = calibrated["second"].stderr.decode()
+    assert "already measured on this machine in the cache" in err
+    assert "adapting at once" in err
+
+
+def test_predict_uses_the_calibrated_model_by_default(calibrated, tmp_path):
+    env = calibrated["env"]
+    # unmeasured records: the model of this machine
+    records = []
+    for r in read_records(str(GRAPHS / "mlp_s_train.zst")):
+        for k in ("target", "runtime_ns", "runs", "noise"):
+            r.pop(k, None)
+        records.append(r)
+    src = write_stream(tmp_path / "g.msgpack", records[:5])
+    got = run(["predict", str(src), "-o", str(tmp_path / "p.msgpack")], env)
+    assert got.returncode == 0, got.stderr.decode()
+    assert "calibrated for this machine" in got.stderr.decode()
+    assert all(r["model"].startswith("calibrated-")
+               for r in read_records(str(tmp_path / "p.msgpack")))
+    # --model overrides, and says nothing about a default
+    got = run(["predict", str(src), "-m", "bundled", "-o", str(tmp_path / "b.msgpack")], env)
+    assert got.returncode == 0 and b"calibrated" not in got.stderr
+    assert all(r["model"].startswith("default-")
+               for r in read_records(str(tmp_path / "b.msgpack")))
+    # records measured elsewhere (the corpus's target): the bundled model
+    got = run(["predict", str(GRAPHS / "mlp_s_train.zst"), "-o", str(tmp_path / "c.msgpack")], env)
+    assert got.returncode == 0
+    assert "no calibrated model for the records' target" in got.stderr.decode()
+
+
+def test_eval_default_follows_the_records_target(calibrated, tmp_path):
+    from tpuperf_cli.model.predict import load_model
+
+    env = calibrated["env"]
+    model = next((calibrated["tmp"] / "data" / "tpuperf" / "models").glob("*.pt"))
+    target = load_model(str(model)).target
+    records = list(read_records(str(GRAPHS / "mlp_s_train.zst")))
+    for r in records:
+        r["target"] = target          # as if measured on this machine
+    src = write_stream(tmp_path / "m.msgpack", records)
+    got = run(["eval", "-m", "default", str(src)], env)
+    assert got.returncode == 0, got.stderr.decode()
+    assert "calibrated for the records' target" in got.stderr.decode()
+
+
+def test_timing_order_covers_every_stratum_first():
+    records = []
+    for i in range(60):
+        kind = ["dot", "fusion", "convolution"][i % 3]
+        records.append({"type": "graph", "hlo": "x", "fingerprint": f"f{i}", "program": f"p{i % 5}",
+                        "opcode": kind, "runtime_ns": 10.0 ** (3 + i % 4)})
+    cands = [Candidate(r) for r in records]
+    for i, c in enumerate(cands):
+        c.doubt = float(i)
+    strata = {c.stratum for c in cands}
+    ordered = order(cands, seed=0)
+    assert len(ordered) == len(cands)
+    assert {c.stratum for c in ordered[:len(strata)]} == strata
+    # the first kernel of each stratum is its most doubtful one
+    for s in strata:
+        first = next(c for c in ordered if c.stratum == s)
+        assert first.doubt == max(c.doubt for c in cands if c.stratum == s)
+    held = hold_out(cands, 0.2, seed=0)
+    assert len(held) == 1 and all(c.held_out == (c.group in held) for c in cands)
+
+
+def test_budget_durations():
+    assert parse_budget(None, None, "10m") == 600
+    assert parse_budget(None, None, "1m30s") == 90
+    assert parse_budget(None, None, "45") == 45
+    with pytest.raises(click.BadParameter):
+        parse_budget(None, None, "ten minutes")
+
+
+def test_ctrl_c_keeps_the_kernels_timed_and_the_next_run_adapts_with_them(tmp_path):
+    import signal
+    import sqlite3
+    import time
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in SMALL:
+        shutil.copy(GRAPHS / f"{name}.zst", corpus)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_DATA_HOME=str(tmp_path / "data"))
+    cache = tmp_path / "cache"
+    args = [sys.executable, "-m", "tpuperf_cli", "calibrate", "--budget", "60s", "--samples", "1",
+            "--corpus", str(corpus), "--cache-dir", str(cache), "--max-kernels", "200"]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    rows = 0
+    t_end = time.monotonic() + 120
+    while rows == 0 and time.monotonic() < t_end and proc.poll() is None:
+        time.sleep(0.5)
+        try:
+            with sqlite3.connect(cache / "measurements.sqlite3") as db:
+                rows = db.execute("SELECT COUNT(*) FROM measurement").fetchone()[0]
+        except sqlite3.Error:
+            pass
+    assert rows > 0 and proc.poll() is None, "calibrate timed nothing, or finished first"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()
+    assert b"kept in the cache" in err
+    assert not list((tmp_path / "data").rglob("*.pt"))      # no model from an interrupted run
+    again = subprocess.run(args[:4] + ["--budget", "30s", "--samples", "1", "--corpus", str(corpus),
+                                       "--cache-dir", str(cache), "--max-kernels", str(rows)],
+                           env=env, capture_output=True, timeout=120)
+    assert again.returncode == 0, again.stderr.decode()
+    assert b"adapting at once" in again.stderr
+
+
+def test_predict_bad_input_is_one_line_before_any_model_note(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_DATA_HOME=str(tmp_path))
+    got = run(["predict", str(tmp_path / "missing.zst"), "-o", str(tmp_path / "p.msgpack")], env)
+    assert got.returncode == 1
+    assert len(got.stderr.decode().strip().splitlines()) == 1, got.stderr.decode()
+
+
+def test_generated_kernels_are_candidates_the_model_reads():
+    from tpuperf_cli.calibrate import generated_candidates, set_sizes
+    from tpuperf_cli.model.predict import load_model
+
+    made = generated_candidates(12, seed=0, log=lambda m: None)
+    assert len(made) >= 10
+    assert all(c.record["program"].startswith("ops:") and c.record["hlo"] for c in made)
+    from tpuperf_cli.model import default_model_path
+
+    set_sizes(made, load_model(default_model_path()))
+    # sized by the model's prediction (without one every size would be -1)
+    assert len({c.stratum[1] for c in made}) >= 3

@@ -1,0 +1,717 @@
+"""A model for the machine at hand: the `tpuperf calibrate` library.
+
+    chosen = choose(candidates, base, ...)     which kernels to time, in order
+    measure_in_order(...)                      time them (MeasureSession + cache) until a deadline
+    adapt(...)                                 fit the base model to them, pick a method by error
+    calibrate(Options(...), log)               all of it within a wall-clock budget
+
+Which kernels. The candidates are the distinct kernels (by fingerprint) of
+the corpus's featurized shards (examples/corpus/graphs/ in a checkout, or
+--corpus DIR), and with --generate N, N kernels of `tpuperf generate
+--source ops` featurized here (sized by the base model's prediction; each
+opcode's kernels are a program "ops:OPCODE" for holding out). They fall
+into strata by kind (the opcode; fusions by fusion kind) and size (the
+decade of the runtime the corpus measured), and the order of timing takes
+one kernel of each stratum in turn, so any prefix of it, the part a budget
+allows, covers every kind and size. Within a stratum
+the turns alternate between a random kernel (representative) and the one on
+which the base model is least sure: the largest error of its prediction
+against the corpus's own measurement of the kernel, on the machine it was
+trained for. A kernel the model has not learned where it was trained is
+where its transfer to another machine is least to be trusted; it needs no
+second model or ensemble.
+
+Held out. About a fifth of the corpus's programs (a seeded draw) are held
+out: a kernel belongs to the first of its programs (by name), and the
+kernels of held-out programs are never fitted, only scored, before and after.
+So the figures printed are on programs the adaptation did not see.
+
+Adapting. Three methods, each from the base model:
+    scale     refit the output scale: log runtime -> a log runtime + b, b the
+              median log ratio of measured to predicted, a by least squares
+              (within 0.8-1.25) from 200 kernels on, else 1 (the network is
+              unchanged; only its scaling)
+    head      scale, then train the output head (the MLP after the graph
+              reduction, and the linear kernel-feature skip) for a few epochs
+              at lr 3e-4, the rest frozen
+    finetune  scale, then train all weights for a few epochs at a low
+              learning rate (1e-4)
+The training kernels are split again by program (a fifth for validation);
+each method's epochs stop at the best validation error, and the method with
+the lowest median per-program MAPE on the validation programs wins (the base
+model competes too, so calibrate never makes a model worse on them). The
+winner is then fitted again on all training kernels, when time allows.
+"""
+
+from __future__ import annotations
+
+import copy
+import glob
+import math
+import os
+import random
+import signal
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.records import FINGERPRINT, HLO, PROGRAM, RUNTIME_NS, TARGET
+
+METHODS = ("scale", "head", "finetune")
+BATCH = 16                 # kernels timed together (measure --batch): the deadline is checked between
+MAX_CORPUS_NS = 50e6       # kernels slower than this (where the corpus timed them) cost too much to time
+
+
+@dataclass
+class Options:
+    backend: str | None = "cpu"
+    budget_s: float = 600.0
+    model: str | None = None          # the base model; None: the bundled one
+    out: str | None = None            # None: the user's models directory, named by target
+    cache_dir: str | None = None
+    corpus: tuple = ()                # directories or graph shards; empty: the checkout's corpus
+    samples: int = 15
+    min_time: float = 0.0005
+    cpus: int | None = 1
+    clock: str = "auto"
+    holdout: float = 0.2
+    measure_share: float = 0.6
+    more: bool = False                # time more kernels even when the cache holds enough
+    min_cached: int = 40              # kernels in the cache that make a second run adapt at once
+    max_kernels: int | None = None    # at most this many kernels (a quick run, tests)
+    methods: tuple = METHODS
+    exclude_programs: tuple = ()      # programs none of whose kernels is used (a benchmark's test set)
+    generate: int = 0                 # also this many kernels of `tpuperf generate --source ops`
+    seed: int = 0
+    threads: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class Budget:
+    """Wall clock since the start, against the budget."""
+
+    def __init__(self, seconds: float):
+        self.start = time.monotonic()
+        self.seconds = float(seconds)
+
+    def spent(self) -> float:
+        return time.monotonic() - self.start
+
+    def left(self) -> float:
+        return self.seconds - self.spent()
+
+    def at(self, fraction: float) -> float:
+        """Seconds left until `fraction` of the budget is spent."""
+        return self.seconds * fraction - self.spent()
+
+
+def clock_text(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+# ---------------------------------------------------------------- candidates
+
+def default_corpus() -> str | None:
+    """examples/corpus/graphs of the checkout tpuperf runs from, if there is one."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(here, "examples", "corpus", "graphs")
+    return path if os.path.isdir(path) else None
+
+
+def corpus_shards(corpus) -> list[str]:
+    """The graph shards of --corpus: a directory, a shard, or a list of
+    them (e.g. the checkout's corpus and `tpuperf generate | featurize`
+    output); None: the checkout's corpus."""
+    paths = [corpus] if isinstance(corpus, str) else list(corpus or [])
+    if not paths:
+        if default_corpus() is None:
+            raise TpuperfError("no corpus to choose kernels from: this is not a checkout of "
+                               "tpuperf (examples/corpus/graphs); give --corpus DIR of "
+                               "featurized graph shards")
+        paths = [default_corpus()]
+    shards = []
+    for path in paths:
+        if os.path.isfile(path):
+            shards.append(path)
+            continue
+        found = sorted(glob.glob(os.path.join(path, "*.zst")) +
+                       glob.glob(os.path.join(path, "*.msgpack")))
+        if not found:
+            raise TpuperfError(f"--corpus {path}: no graph shards (*.zst, *.msgpack) there")
+        shards.extend(found)
+    return shards
+
+
+def kind_of(record: dict) -> str:
+    opcode = str(record.get("opcode") or "?")
+    fusion = record.get("fusion_kind")
+    return f"{opcode}:{fusion}" if fusion else opcode
+
+
+def size_of(runtime_ns: float | None) -> int:
+    """The decade of a runtime in ns (3: 1-10 us, 4: 10-100 us, ...)."""
+    if not runtime_ns or runtime_ns <= 0:
+        return -1
+    return int(math.floor(math.log10(runtime_ns)))
+
+
+class Candidate:
+    """A distinct kernel of the corpus: its graph record (the first seen),
+    its programs, stratum, and the corpus machine's runtime."""
+
+    __slots__ = ("record", "programs", "stratum", "corpus_ns", "doubt", "group", "held_out")
+
+    def __init__(self, record):
+        self.record = record
+        self.programs = {str(record.get(PROGRAM, ""))}
+        self.corpus_ns = record.get(RUNTIME_NS)
+        self.stratum = (kind_of(record), size_of(self.corpus_ns))
+        self.doubt = 0.0
+        self.group = ""
+        self.held_out = False
+
+
+def load_candidates(shards: list[str], exclude_programs=()) -> list[Candidate]:
+    """The distinct kernels of the shards with hlo text, by fingerprint;
+    kernels of any excluded program are left out."""
+    from tpuperf_cli.stream import read_records
+
+    exclude = set(exclude_programs)
+    by_fp: dict[str, Candidate] = {}
+    dropped = set()
+    for shard in shards:
+        for record in read_records(shard):
+            if record.get("type") != "graph" or not record.get(HLO):
+                continue
+            fp = str(record.get(FINGERPRINT) or "")
+            if not fp:
+                continue
+            if str(record.get(PROGRAM, "")) in exclude:
+                dropped.add(fp)
+                continue
+            c = by_fp.get(fp)
+            if c is None:
+                by_fp[fp] = Candidate(record)
+            else:
+                c.programs.add(str(record.get(PROGRAM, "")))
+    return [c for fp, c in by_fp.items() if fp not in dropped
+            and (c.corpus_ns is None or c.corpus_ns <= MAX_CORPUS_NS)]
+
+
+def generated_candidates(count: int, seed: int, log) -> list[Candidate]:
+    """`count` kernels of `tpuperf generate --source ops` (the generate
+    library's driver), featurized here, as candidates. They have no
+    runtime from the corpus: their size stratum is that of the base
+    model's prediction (set_sizes), their doubt 0."""
+    import io
+
+    from tpuperf_cli.features import featurize_kernel
+    from tpuperf_cli.generate import driver
+    from tpuperf_cli.records import TYPE
+    from tpuperf_cli.stream import RecordWriter, read_records
+
+    summary = driver.Summary()
+    buf = io.BytesIO()
+    writer = RecordWriter(buf, compress=False)
+    for record in driver.run(["ops"], seed, [], count, set(), log, summary):
+        try:
+            record.update(featurize_kernel(record))
+        except TpuperfError:
+            continue                 # a kernel featurize cannot read is no candidate
+        record[TYPE] = "graph"
+        writer.write(record)         # through the stream: the graph fields as records hold them
+    writer.close()
+    buf.seek(0)
+    return [Candidate(r) for r in read_records(buf, name="generated") if r.get(HLO)]
+
+
+def set_sizes(candidates: list[Candidate], model) -> None:
+    """The size stratum of candidates without a corpus runtime, from the
+    base model's prediction."""
+    from tpuperf_cli.model.examples import example
+
+    todo = [c for c in candidates if not c.corpus_ns]
+    if todo:
+        pred = model.predict_examples([example(c.record, i, "generated")
+                                       for i, c in enumerate(todo, 1)])
+        for c, p in zip(todo, pred):
+            c.stratum = (c.stratum[0], size_of(float(p)))
+
+
+def hold_out(candidates: list[Candidate], fraction: float, seed: int) -> list[str]:
+    """Mark the kernels of about `fraction` of the programs held out (a
+    kernel belongs to the first of its programs); returns those programs."""
+    programs = sorted({min(c.programs) for c in candidates})
+    rng = random.Random(seed)
+    n = int(round(fraction * len(programs))) if fraction > 0 else 0
+    if fraction > 0 and len(programs) >= 2:
+        n = min(max(n, 1), len(programs) - 1)
+    held = set(rng.sample(programs, n)) if n else set()
+    for c in candidates:
+        c.group = min(c.programs)
+        c.held_out = c.group in held
+    return sorted(held)
+
+
+def score_doubt(candidates: list[Candidate], model, log=None) -> None:
+    """doubt = |log(base prediction / corpus runtime)| of each candidate."""
+    from tpuperf_cli.model.examples import example
+
+    with_runtime = [c for c in candidates if c.corpus_ns and c.corpus_ns > 0]
+    if not with_runtime:
+        return
+    examples = [example(c.record, i, "corpus") for i, c in enumerate(with_runtime, 1)]
+    pred = model.predict_examples(examples)
+    for c, p in zip(with_runtime, pred):
+        c.doubt = abs(math.log(max(p, 1e-3) / c.corpus_ns))
+
+
+def order(candidates: list[Candidate], seed: int, pool: int | None = None) -> list[Candidate]:
+    """Timing order: one kernel of each stratum in turn; within a stratum,
+    turns alternate between the most doubtful remaining kernel and a random
+    one (module docstring). pool: keep at most this many per stratum."""
+    rng = random.Random(seed)
+    strata = defaultdict(list)
+    for c in candidates:
+        strata[c.stratum].append(c)
+    queues = []
+    for key in sorted(strata, key=str):
+        members = strata[key]
+        rng.shuffle(members)
+        by_doubt = sorted(members, key=lambda c: -c.doubt)
+        taken, seq = set(), []
+        ri = di = 0
+        while len(seq) < len(members) and (pool is None or len(seq) < pool):
+            if len(seq) % 2 == 0:
+                while by_doubt[di].record[FINGERPRINT] in taken:
+                    di += 1
+                c = by_doubt[di]
+            else:
+                while members[ri].record[FINGERPRINT] in taken:
+                    ri += 1
+                c = members[ri]
+            taken.add(c.record[FINGERPRINT])
+            seq.append(c)
+        queues.append(seq)
+    out = []
+    depth = 0
+    while True:
+        row = [q[depth] for q in queues if depth < len(q)]
+        if not row:
+            return out
+        rng.shuffle(row)
+        out.extend(row)
+        depth += 1
+
+
+# ---------------------------------------------------------------- measuring
+
+def measurement_record(c: Candidate) -> dict:
+    """A copy of the candidate's record without the corpus's measurement."""
+    r = dict(c.record)
+    for k in (RUNTIME_NS, "runs", "noise", TARGET, "error", "pred_ns", "model"):
+        r.pop(k, None)
+    return r
+
+
+def from_cache(ordered: list[Candidate], session) -> tuple[list[tuple], int]:
+    """(measured, failed) of the kernels the cache already holds for this
+    target, as (candidate, record) pairs, without timing anything."""
+    from tpuperf_cli.measure import kernel_key
+
+    measured, failed = [], 0
+    if session.cache is None:
+        return measured, failed
+    for c in ordered:
+        hit = session.cache.get(kernel_key(c.record[HLO]), session.measurer.key)
+        if hit is None:
+            continue
+        if hit["error"]:
+            failed += 1
+            continue
+        r = measurement_record(c)
+        r[RUNTIME_NS] = float(hit["runtime_ns"])
+        r[TARGET] = session.measurer.target
+        measured.append((c, r))
+    return measured, failed
+
+
+def measure_in_order(ordered: list[Candidate], session, deadline_s: float, budget: Budget,
+                     skip: set, log, limit: int | None = None) -> list[tuple]:
+    """Time the kernels in order, BATCH at a time, until `deadline_s` (on the
+    budget's clock) or `limit` measured; each result goes to the cache at
+    once. Returns (candidate, measured record) pairs of this call."""
+    out = []
+    todo = [c for c in ordered if c.record[FINGERPRINT] not in skip]
+    i = 0
+    last_note = 0.0
+    per_kernel = None
+    while i < len(todo):
+        if limit is not None and len(out) >= limit:
+            break
+        left = deadline_s - budget.spent()
+        n = BATCH if limit is None else min(BATCH, limit - len(out))
+        if per_kernel is not None:           # the next batch must fit in what is left
+            n = min(n, int(left / max(per_kernel, 1e-3)))
+        if left <= 0 or n <= 0:
+            break
+        chunk = todo[i:i + n]
+        i += n
+        records = [measurement_record(c) for c in chunk]
+        t0 = time.monotonic()
+        session.update_many([(r, k, "corpus") for k, r in enumerate(records, 1)])
+        took = time.monotonic() - t0
+        rate = took / len(chunk)
+        per_kernel = rate if per_kernel is None else 0.7 * per_kernel + 0.3 * rate
+        for c, r in zip(chunk, records):
+            if RUNTIME_NS in r and r[RUNTIME_NS] > 0:
+                out.append((c, r))
+        if budget.spent() - last_note > 10 or i >= len(todo):
+            last_note = budget.spent()
+            log(f"calibrate: measured {len(out)} kernel(s) ({session.timed} timed, "
+                f"{sum(session.failed.values())} failed); {clock_text(budget.left())} left")
+    return out
+
+
+# ---------------------------------------------------------------- figures
+
+def figures(pred, true, groups) -> dict:
+    """MAPE (mean over kernels), median over programs of the per-program
+    MAPE, and Kendall's tau of kernels; NaN for none."""
+    from tpuperf_cli import metrics
+
+    pred = np.asarray(pred, np.float64)
+    true = np.asarray(true, np.float64)
+    if not true.size:
+        return {"n": 0, "programs": 0, "mape": math.nan, "program_mape": math.nan, "tau": math.nan}
+    by = metrics.group_indices(groups)
+    per = [metrics.mape(pred[idx], true[idx]) for idx in by.values()]
+    return {"n": int(true.size), "programs": len(by), "mape": metrics.mape(pred, true),
+            "program_mape": float(np.median(per)), "tau": metrics.kendall_tau(pred, true)}
+
+
+def figures_text(f: dict) -> str:
+    return (f"MAPE {f['mape']:.1f}% (median over programs {f['program_mape']:.1f}%), "
+            f"tau {f['tau']:.3f}")
+
+
+# ---------------------------------------------------------------- adapting
+
+class Fitter:
+    """Adapts a base model (a DGL Model from predict.build) to examples."""
+
+    def __init__(self, base, log, threads=None):
+        self.base = base
+        self.log = log
+        self.threads = threads
+
+    def copy(self):
+        m = copy.copy(self.base)
+        m.net = copy.deepcopy(self.base.net)
+        m.scaler = copy.deepcopy(self.base.scaler)
+        m._memo, m._memo_bytes = {}, 0
+        return m
+
+    @staticmethod
+    def predict(model, examples):
+        return model.predict_examples(examples, batch_size=256) if examples else np.zeros(0)
+
+    def scale(self, model, train):
+        """Refit the output scale: log t = a log pred + b (least squares)."""
+        pred = np.log(self.predict(model, train))
+        true = np.log([ex.runtime for ex in train])
+        a = 1.0
+        if len(train) >= 200 and np.std(pred) > 1e-6:
+            # a slope only from many kernels, and near 1: a few noisy kernels
+            # must not flatten or stretch the scale
+            a = float(np.clip(np.polyfit(pred, true, 1)[0], 0.8, 1.25))
+        # the median: one kernel timed badly on a busy machine must not move it
+        b = float(np.median(true - a * pred)) if len(train) else 0.0
+        s = model.scaler
+        s.std, s.mean = s.std * a, s.mean * a + b
+        model._memo.clear()
+        return model
+
+    def train(self, model, train, valid, params, lr, seconds, max_epochs=30):
+        """Adam on the MSE of the standardised log runtime, `params` of the
+        net only; stops at `seconds` or max_epochs; keeps the epoch with the
+        lowest validation error (program MAPE), or the last without valid.
+        Returns (model, that epoch: 0 for none better than the start)."""
+        import torch
+
+        from tpuperf_cli.model import set_threads
+        from tpuperf_cli.model.net import to_device
+
+        set_threads(self.threads)
+        net = model.net
+        for p in net.parameters():
+            p.requires_grad_(False)
+        for p in params(net):
+            p.requires_grad_(True)
+        opt = torch.optim.Adam([p for p in net.parameters() if p.requires_grad], lr=lr)
+        rng = np.random.default_rng(0)
+        t_end = time.monotonic() + seconds
+        best, best_state, epochs, best_epoch = math.inf, None, 0, 0
+        if valid:
+            best = figures(self.predict(model, valid), [e.runtime for e in valid],
+                           [e.program for e in valid])["program_mape"]
+            best_state = copy.deepcopy(net.state_dict())
+        t_epoch = 0.0
+        while epochs < max_epochs and time.monotonic() + t_epoch < t_end:
+            t0 = time.monotonic()
+            net.train()
+            idx = rng.permutation(len(train))
+            for s in range(0, len(idx), 32):
+                b = model.batch([train[i] for i in idx[s:s + 32]])
+                pred = net(to_device(b))
+                loss = torch.mean((pred - torch.from_numpy(b.y)) ** 2)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            net.eval()
+            model._memo.clear()
+            epochs += 1
+            if valid:
+                err = figures(self.predict(model, valid), [e.runtime for e in valid],
+                              [e.program for e in valid])["program_mape"]
+                if err < best:
+                    best, best_state, best_epoch = err, copy.deepcopy(net.state_dict()), epochs
+            t_epoch = time.monotonic() - t0
+        if best_state is not None:
+            net.load_state_dict(best_state)
+        for p in net.parameters():
+            p.requires_grad_(True)
+        model._memo.clear()
+        return model, (best_epoch if valid else epochs)
+
+
+def head_params(net):
+    return list(net.head.parameters()) + (list(net.skip.parameters()) if net.skip is not None else [])
+
+
+def all_params(net):
+    return list(net.parameters())
+
+
+def split_groups(examples, fraction, seed):
+    """(fit, valid) by program: about `fraction` of the programs to valid."""
+    programs = sorted({e.program for e in examples})
+    if len(programs) < 3 or fraction <= 0:
+        return examples, []
+    rng = random.Random(seed + 1)
+    held = set(rng.sample(programs, max(1, int(round(fraction * len(programs))))))
+    return [e for e in examples if e.program not in held], [e for e in examples if e.program in held]
+
+
+def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None) -> dict:
+    """Fit each method on part of `train`, pick the best on the rest (by
+    program MAPE; the base model competes), refit the winner on all of
+    `train` if time allows. Returns {"model", "method", "scores", "models"}."""
+    fitter = Fitter(base, log, threads)
+    t_end = time.monotonic() + seconds
+    fit, valid = split_groups(train, 0.2, seed)
+    scores, models = {}, {}
+
+    def score(model):
+        if not valid:
+            return math.nan
+        return figures(fitter.predict(model, valid), [e.runtime for e in valid],
+                       [e.program for e in valid])["program_mape"]
+
+    scores["base"] = score(base)
+    models["base"] = base
+    trained = [m for m in methods if m != "scale"]
+    share = {"head": 0.35, "finetune": 0.65} if len(trained) == 2 else {m: 1.0 for m in trained}
+    fit_time = 0.6 * seconds if valid else 0.9 * seconds
+    epochs_of = {}
+    for method in methods:
+        left = t_end - time.monotonic()
+        if left <= 1 and method != "scale":      # scale takes a moment: always tried
+            log(f"calibrate: no time left to try {method}")
+            continue
+        t0 = time.monotonic()
+        if method == "scale":
+            m = fitter.scale(fitter.copy(), fit)
+        elif method == "head":
+            m, epochs_of[method] = fitter.train(fitter.scale(fitter.copy(), fit), fit, valid,
+                                                head_params, 3e-4,
+                                                min(left, fit_time * share[method]))
+        elif method == "finetune":
+            m, epochs_of[method] = fitter.train(fitter.scale(fitter.copy(), fit), fit, valid,
+                                                all_params, 1e-4,
+                                                min(left, fit_time * share[method]))
+        else:
+            raise TpuperfError(f"unknown adaptation method {method!r}")
+        models[method], scores[method] = m, score(m)
+        log(f"calibrate: {method}: validation program MAPE {scores[method]:.1f}% "
+            f"(base {scores['base']:.1f}%)"
+            + (f", best after {epochs_of[method]} epoch(s)" if method in epochs_of else "")
+            + f", {time.monotonic() - t0:.0f}s")
+    ranked = sorted((s if not math.isnan(s) else math.inf, i, k)
+                    for i, (k, s) in enumerate(scores.items()))
+    best = ranked[0][2] if valid else next((m for m in ("scale",) if m in models), "base")
+    model = models[best]
+    refit = False
+    if valid and best != "base":
+        left = t_end - time.monotonic()
+        if best == "scale":
+            model, refit = fitter.scale(fitter.copy(), train), True
+        elif left > 2:
+            params = head_params if best == "head" else all_params
+            lr = 3e-4 if best == "head" else 1e-4
+            if epochs_of.get(best, 0) > 0:
+                model, _ = fitter.train(fitter.scale(fitter.copy(), train), train, [], params, lr,
+                                        left - 1,
+                                        max_epochs=epochs_of[best])
+                refit = True
+    return {"model": model, "method": best, "scores": scores, "models": models, "refit": refit,
+            "fit": len(fit), "valid": len(valid)}
+
+
+# ---------------------------------------------------------------- the whole run
+
+def calibrate(opts: Options, log) -> dict:
+    """Choose, measure, adapt and write within opts.budget_s of wall clock.
+    Returns a summary dict (out, target, kernels, before/after figures...)."""
+    from tpuperf_cli.model import thread_env
+
+    budget = Budget(opts.budget_s)
+    thread_env(opts.threads)
+    from tpuperf_cli.measure import MeasureSession
+    from tpuperf_cli.measure.cache import Cache
+    from tpuperf_cli.measure.device import MeasureError
+    from tpuperf_cli.measure.worker import IsolatedMeasurer
+    from tpuperf_cli.model.calibrated import model_path_for, models_dir, write_sidecar
+    from tpuperf_cli.model.examples import example
+    from tpuperf_cli.model.predict import build, load_model, model_dict, read_model_file, save_atomic
+
+    base_path = opts.model
+    if base_path is None:
+        from tpuperf_cli.model import default_model_path
+
+        base_path = default_model_path()
+    base_fast = load_model(base_path, engine="auto", threads=opts.threads)
+    if base_fast.task != "fusion":
+        raise TpuperfError(f"model {base_path}: a {base_fast.task}-task model; calibrate adapts "
+                           f"fusion-task models (runtimes), not tile rankings")
+
+    shards = corpus_shards(opts.corpus) if opts.corpus or not opts.generate or default_corpus() \
+        else []
+    candidates = load_candidates(shards, opts.exclude_programs)
+    if opts.generate:
+        seen = {c.record[FINGERPRINT] for c in candidates}
+        made = [c for c in generated_candidates(opts.generate, opts.seed, log)
+                if c.record[FINGERPRINT] not in seen]
+        set_sizes(made, base_fast)
+        log(f"calibrate: {len(made)} kernel(s) from generate --source ops; "
+            f"{clock_text(budget.left())} left")
+        candidates += made
+    if not candidates:
+        raise TpuperfError(f"no kernels with hlo text in {len(shards)} corpus shard(s)")
+    held_programs = hold_out(candidates, opts.holdout, opts.seed)
+    pool = None if opts.max_kernels is None else max(2, opts.max_kernels)
+    # doubt needs a prediction per kernel: for a large corpus only a pool per stratum
+    rough = order(candidates, opts.seed, pool=pool or 64)
+    score_doubt(rough, base_fast)
+    ordered = order(rough, opts.seed, pool=pool)
+    log(f"calibrate: {len(candidates)} distinct kernel(s) of {len(shards)} shard(s) in "
+        f"{len({c.stratum for c in candidates})} strata (kind x size); "
+        f"{len(held_programs)} program(s) held out; {clock_text(budget.left())} left")
+
+    try:
+        measurer = IsolatedMeasurer(opts.backend, samples=opts.samples, min_time=opts.min_time,
+                                    cpus=opts.cpus, clock=opts.clock,
+                                    timeout=max(10.0, min(300.0, budget.left())))
+    except MeasureError as e:
+        raise TpuperfError(e.message) from None
+    cache = Cache(opts.cache_dir)
+    session = MeasureSession(measurer, cache)
+    target = measurer.target
+    measured = []
+    try:
+        cached, cached_failed = from_cache(ordered, session)
+        if opts.max_kernels is not None:
+            cached = cached[:opts.max_kernels]
+        measured.extend(cached)
+        # kernels that failed here were tried too: they count toward enough
+        enough = len(cached) + cached_failed >= min(opts.min_cached,
+                                                    opts.max_kernels or opts.min_cached)
+        if cached:
+            log(f"calibrate: {len(cached)} kernel(s) already measured on this machine in the "
+                f"cache ({cache.path})" + ("; adapting at once" if enough and not opts.more else ""))
+        if not enough or opts.more:
+            limit = None if opts.max_kernels is None else opts.max_kernels - len(cached)
+            skip = {c.record[FINGERPRINT] for c, _ in cached}
+            # the measuring share of what is left once the fixed costs of
+            # adapting (loading torch and the network, scoring, saving) are set aside
+            fixed = 8.0 + 0.02 * opts.budget_s
+            until = budget.spent() + opts.measure_share * max(0.0, budget.left() - fixed)
+            measured.extend(measure_in_order(ordered, session, until, budget, skip, log, limit))
+    except KeyboardInterrupt:
+        log(f"calibrate: interrupted; {session.timed} kernel(s) timed now are kept in the cache "
+            f"({cache.path}): run again to adapt with them")
+        raise
+    finally:
+        measurer.close()
+        cache.close()
+
+    train_pairs = [(c, r) for c, r in measured if not c.held_out]
+    test_pairs = [(c, r) for c, r in measured if c.held_out]
+    log(f"calibrate: {len(measured)} kernel(s) measured here: {len(train_pairs)} to fit, "
+        f"{len(test_pairs)} held out ({len({c.group for c, _ in test_pairs})} program(s)); "
+        f"{clock_text(budget.left())} left")
+    if len(train_pairs) < 2:
+        raise TpuperfError(f"only {len(train_pairs)} kernel(s) measured to fit: give a larger "
+                           f"--budget (or run again: measured kernels are kept in the cache)")
+
+    def examples_of(pairs):
+        out = []
+        for i, (c, r) in enumerate(pairs, 1):
+            ex = example(r, i, "measured")
+            ex.program = c.group
+            out.append(ex)
+        return out
+
+    train = examples_of(train_pairs)
+    test = examples_of(test_pairs)
+    truth = [e.runtime for e in test]
+    groups = [e.program for e in test]
+    base = build(read_model_file(base_path), base_path)
+    before = figures(Fitter.predict(base, test), truth, groups)
+    reserve = 2.0 + 0.01 * opts.budget_s    # the figures after, saving the model file
+    result = adapt(base, train, lambda m: log(f"{m}; {clock_text(budget.left())} left"),
+                   max(1.0, budget.left() - reserve), opts.methods, opts.seed, opts.threads)
+    model = result["model"]
+    after = figures(Fitter.predict(model, test), truth, groups)
+
+    out = opts.out or model_path_for(target, models_dir())
+    name = "calibrated-" + os.path.basename(model_path_for(target))[:-3]
+    trained = dict(base_fast.meta.get("trained") or {})
+    trained["calibrated"] = {
+        "base": base_fast.name, "method": result["method"], "kernels": len(train),
+        "held_out_kernels": len(test), "held_out_programs": held_programs,
+        "validation_program_mape": {k: (None if math.isnan(v) else v)
+                                    for k, v in result["scores"].items()},
+        "before": before, "after": after, "budget_s": opts.budget_s,
+        "seconds": budget.spent(), "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    d = model_dict(model.net, model.scaler, name, "fusion", base_fast.meta.get("loss") or "mse",
+                   target, trained)
+    # written whole even under Ctrl-C: a model file half-replaced helps nobody
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        save_atomic(d, out)
+        if opts.out is None:
+            write_sidecar(out, target, d["name"])
+    except OSError as e:
+        raise TpuperfError(f"{out}: {e.strerror or e}") from None
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    return {"out": out, "name": d["name"], "target": target, "method": result["method"],
+            "scores": result["scores"], "models": result["models"], "train": len(train),
+            "held_out": len(test), "before": before, "after": after, "seconds": budget.spent(),
+            "base": base_fast.name, "timed": session.timed}

@@ -1,0 +1,146 @@
+"""`tpuperf calibrate`: a model for this machine from a few minutes of measurements."""
+
+import re
+import sys
+
+import click
+
+from tpuperf_cli.commands.options import CONTEXT, AliasOption, quiet_option
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
+
+
+def parse_budget(ctx, param, text):
+    """'10m', '90s', '1h', '1m30s'; a bare number is seconds."""
+    parts = re.findall(r"([0-9]*\.?[0-9]+)\s*([smh]?)", str(text).strip().lower())
+    joined = "".join(f"{a}{b}" for a, b in parts)
+    if not parts or joined != re.sub(r"\s+", "", str(text).strip().lower()):
+        raise click.BadParameter(f"{text!r} is not a duration (e.g. 10m, 90s, 1h, 2m30s)")
+    seconds = sum(float(a) * _UNITS[b] for a, b in parts)
+    if seconds <= 0:
+        raise click.BadParameter("must be positive")
+    return seconds
+
+
+@click.command("calibrate", context_settings=CONTEXT)
+@click.option("--backend", type=click.Choice(["cpu", "gpu", "tpu"]), default="cpu",
+              show_default=True, help="XLA backend to time the kernels on.")
+@click.option("--budget", default="10m", show_default=True, metavar="DURATION",
+              callback=parse_budget,
+              help="Wall clock for the whole run (10m, 90s, 1h; a bare number is seconds): "
+                   "--measure-share of it for timing, the rest for adapting.")
+@click.option("--model", "-m", "model", metavar="FILE",
+              help="Base model to adapt [default: the bundled model].")
+@click.option("-o", "--output", "out", cls=AliasOption, hidden_aliases=["--out"], metavar="FILE",
+              type=click.Path(dir_okay=False),
+              help="Write the model here [default: $XDG_DATA_HOME/tpuperf/models/TARGET.pt, "
+                   "where predict, eval and score find it].")
+@click.option("--cache-dir", type=click.Path(file_okay=False),
+              help="measure's cache directory [default: $XDG_CACHE_HOME/tpuperf or "
+                   "~/.cache/tpuperf].")
+@click.option("--corpus", type=click.Path(exists=True), multiple=True,
+              help="Featurized graph shards to choose kernels from: a directory of *.zst, or a "
+                   "shard (e.g. `tpuperf generate ... | featurize -o gen.zst`); repeat for "
+                   "several [default: examples/corpus/graphs of the checkout].")
+@click.option("--generate", "generate", type=click.IntRange(0), default=0, metavar="N",
+              help="Also choose among N kernels of `tpuperf generate --source ops` (single "
+                   "operations of many kinds and sizes, made and featurized here).")
+@click.option("--samples", type=click.IntRange(1), default=15, show_default=True,
+              help="Timed samples per kernel (as measure --samples).")
+@click.option("--measure-share", type=click.FloatRange(0.05, 0.95), default=0.6,
+              show_default=True, help="Share of the budget for timing kernels.")
+@click.option("--holdout", type=click.FloatRange(0.0, 0.5), default=0.2, show_default=True,
+              help="Share of the corpus's programs whose kernels are held out: scored before "
+                   "and after, never fitted.")
+@click.option("--more", is_flag=True,
+              help="Time more kernels even when the cache already holds enough from an earlier "
+                   "run (by default such a run adapts at once).")
+@click.option("--max-kernels", type=click.IntRange(2), metavar="N",
+              help="Use at most N kernels (a quick run).")
+@click.option("--methods", default="scale,head,finetune", show_default=True,
+              help="Adaptation methods to try, comma-separated (scale, head, finetune).")
+@click.option("--threads", type=click.IntRange(0), default=0,
+              help="Threads for training (default: min(2, cores) or $TPUPERF_THREADS).")
+@quiet_option(help="No progress on stderr (the held-out figures are still printed).")
+def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, measure_share, holdout,
+        more, max_kernels, methods, threads, quiet):
+    """Adapt a model to this machine within a time budget.
+
+    Chooses kernels of the corpus (the checkout's examples/corpus/graphs,
+    or --corpus: any featurized graph shards, such as the kernels of
+    `tpuperf generate` piped through featurize; --generate N makes N
+    kernels of `tpuperf generate --source ops` itself), times them here
+    with measure's steady settings (one pinned CPU, the process clock on
+    CPU, --samples samples, every result in measure's cache at once), adapts the base model to them and writes a
+    model whose target is this machine. Everything, loading included, fits
+    in --budget of wall clock; progress and the time left go to stderr.
+
+    Which kernels: the distinct kernels fall into strata by kind (opcode,
+    fusion kind) and size (decade of runtime); the timing order takes a
+    kernel of each stratum in turn, alternating within a stratum between a
+    random kernel and the one the base model is least sure of (its largest
+    error against the corpus's own measurement), so whatever prefix the
+    budget allows is diverse, representative and aimed at the model's weak
+    spots.
+
+    About a fifth (--holdout) of the corpus's programs are held out: their
+    kernels are timed too but never fitted, and calibrate prints the
+    model's MAPE and Kendall tau on them before and after, on stdout.
+
+    Adapting: `scale` refits the output scale (log runtime, affine),
+    `head` trains the output head for a few epochs with the rest frozen,
+    `finetune` trains all weights at a low learning rate; the training
+    kernels' programs are split again to pick the method (or the base
+    model) with the lowest median per-program MAPE, and the winner is
+    refitted on all of them. benchmarks/bench_calibrate.py compares them.
+
+    Without --output the model goes to $XDG_DATA_HOME/tpuperf/models/ (default
+    ~/.local/share/tpuperf/models/), named by target; from then on
+    `predict`, `eval -m default` and so `score` pipelines use it by default
+    when its target is the records' (this machine's, for records not
+    measured), and say so on stderr; --model still overrides.
+
+    Ctrl-C (or a killed process) keeps every kernel timed in the cache; a
+    second run finds them there and, with at least 40 of them, adapts at
+    once (--more times further kernels first).
+
+    \b
+    Examples:
+      tpuperf calibrate                       # 10 minutes, the bundled model
+      tpuperf calibrate --budget 3m -o mine.pt   # (--out also works)
+      tpuperf calibrate --backend gpu --budget 20m
+      featurize < k.msgpack | predict | score    # now uses this machine's model
+
+    Exit status: 0 on success, 1 on an error (no corpus, nothing measured,
+    a bad model), 130 when interrupted.
+    """
+    from tpuperf_cli.calibrate import METHODS, Options, calibrate, figures_text
+
+    chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
+    wrong = [m for m in chosen if m not in METHODS]
+    if wrong or not chosen:
+        raise click.BadParameter(f"{','.join(wrong) or methods!r}: expected some of "
+                                 f"{', '.join(METHODS)}", param_hint="--methods")
+
+    def log(msg):
+        if not quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    opts = Options(backend=backend, budget_s=budget, model=model, out=out, cache_dir=cache_dir,
+                   corpus=corpus, generate=generate, samples=samples,
+                   measure_share=measure_share, holdout=holdout,
+                   more=more, max_kernels=max_kernels, methods=chosen, threads=threads or None)
+    result = calibrate(opts, log)
+    before, after = result["before"], result["after"]
+    if before["n"]:
+        print(f"held out: {before['n']} kernel(s) of {before['programs']} program(s) timed here")
+        print(f"  before ({result['base']}): {figures_text(before)}")
+        print(f"  after  ({result['name']}, {result['method']}): {figures_text(after)}")
+    else:
+        print("held out: no kernel of the held-out programs was timed (a larger --budget "
+              "times some)")
+    print(f"wrote {result['out']} ({result['train']} kernel(s) fitted, "
+          f"{result['seconds']:.0f}s of {budget:.0f}s)")
+    if result["out"] and not out:
+        log("calibrate: predict, eval -m default and score pipelines use it by default for "
+            "records of this target")

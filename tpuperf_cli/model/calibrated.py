@@ -1,0 +1,108 @@
+"""Calibrated models in the user's data directory, and which model is the default.
+
+`tpuperf calibrate` writes a model for the machine it ran on to
+$XDG_DATA_HOME/tpuperf/models/ (default ~/.local/share/tpuperf/models/),
+named by its target, with a small JSON file beside it that holds the target,
+so finding the model of a target reads no model file (and imports no torch).
+
+The default model (predict without --model, `--model default`) is the
+calibrated model whose target is that of the records (records.target_identity),
+or, for records not measured, that of this machine as `measure` would
+describe it with its default settings (--cpus 1, the process clock); the
+bundled model when there is none. Describing this machine reads /proc and
+sysfs only: no jax. On a GPU or TPU host the machine cannot be described
+without its runtime, so there the default follows measured records only.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+
+from tpuperf_cli.records import target_identity
+
+SIDECAR = ".target.json"
+
+
+def models_dir() -> str:
+    """$XDG_DATA_HOME/tpuperf/models, or ~/.local/share/tpuperf/models."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "tpuperf", "models")
+
+
+def machine_target() -> dict:
+    """This machine's CPU target as `measure` writes it with its defaults
+    (--cpus 1, so the process clock), in the fields that tell targets
+    apart (records.TARGET_KEYS); no jax imported."""
+    from tpuperf_cli.measure.target import METHOD, cpu_caches, cpu_identity
+
+    cpu = cpu_identity()
+    return {"platform": "cpu", "device_kind": "cpu", "chip": cpu.pop("name"), "cpu": cpu,
+            "caches": cpu_caches(), "cpu_count": 1, "clock": "process", "method": METHOD}
+
+
+def target_slug(target: dict) -> str:
+    """A file name for a target: platform, chip and a hash of its identity,
+    e.g. cpu-amd-epyc-3f9a0c1d."""
+    chip = re.sub(r"[^a-z0-9]+", "-", str(target.get("chip", "")).lower()).strip("-")[:40]
+    digest = hashlib.sha256(repr(target_identity(target)).encode()).hexdigest()[:8]
+    return "-".join(p for p in (str(target.get("platform", "")), chip, digest) if p)
+
+
+def model_path_for(target: dict, directory: str | None = None) -> str:
+    """Where calibrate writes the model of a target by default."""
+    return os.path.join(directory or models_dir(), target_slug(target) + ".pt")
+
+
+def write_sidecar(model_path: str, target: dict, name: str) -> str:
+    """Write the JSON beside a model file that lets find_calibrated see its
+    target without loading it; returns its path."""
+    path = model_path[:-3] + SIDECAR if model_path.endswith(".pt") else model_path + SIDECAR
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"model": os.path.basename(model_path), "name": name, "target": target}, f,
+                  indent=1, sort_keys=True, default=str)
+    os.replace(tmp, path)
+    return path
+
+
+def find_calibrated(target: dict | None, directory: str | None = None) -> str | None:
+    """The newest calibrated model in the models directory whose target is
+    `target` (by records.target_identity), or None."""
+    want = target_identity(target)
+    if want is None:
+        return None
+    found = []
+    for side in glob.glob(os.path.join(directory or models_dir(), "*" + SIDECAR)):
+        try:
+            with open(side) as f:
+                d = json.load(f)
+            model = os.path.join(os.path.dirname(side), d["model"])
+            if target_identity(d["target"]) == want and os.path.exists(model):
+                found.append((os.path.getmtime(model), model))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue            # a stray or half-written file is no model
+    return max(found)[1] if found else None
+
+
+def default_choice(records_target: dict | None = None) -> tuple[str, str]:
+    """(path, why) of the default model: the calibrated model of the records'
+    target (or of this machine, for records without one), else the bundled one."""
+    from tpuperf_cli.model import default_model_path
+
+    if isinstance(records_target, dict):
+        path = find_calibrated(records_target)
+        if path:
+            return path, "calibrated for the records' target"
+        return default_model_path(), "the bundled model; no calibrated model for the records' target"
+    try:
+        here = machine_target()
+    except Exception:       # pragma: no cover - an odd /proc; the bundled model still works
+        here = None
+    path = find_calibrated(here) if here else None
+    if path:
+        return path, "calibrated for this machine"
+    return default_model_path(), "the bundled model; no calibrated model for this machine"
