@@ -18,6 +18,7 @@ own uncertainty, a floor no model's MAPE can be judged below.
 """
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -33,14 +34,24 @@ from tpuperf_cli.eval import baseline as baseline_lib  # noqa: E402
 from tpuperf_cli.stream import read_records  # noqa: E402
 
 
+def shard_paths(corpus, name):
+    """The graph shards of a split entry: graphs/P.zst for a program, every
+    graphs/generated/SOURCE-NNN.zst for a generated pattern ("ops:*")."""
+    if ":" in name:
+        source = name.split(":", 1)[0]
+        return sorted(glob.glob(os.path.join(corpus, "generated", f"{source}-*.zst")))
+    return [os.path.join(corpus, f"{name}.zst")]
+
+
 def load(corpus, programs):
     out, missing = [], []
     for name in programs:
-        path = os.path.join(corpus, f"{name}.zst")
-        if not os.path.exists(path):
+        paths = shard_paths(corpus, name)
+        if ":" not in name and not os.path.exists(paths[0]):
             missing.append(name)
             continue
-        out += [r for r in read_records(path) if (r.get("runtime_ns") or 0) > 0]
+        for path in paths:
+            out += [r for r in read_records(path) if (r.get("runtime_ns") or 0) > 0]
     if missing:
         print(f"bench_accuracy: warning: no shard for {len(missing)} program(s) of the split "
               f"({', '.join(missing)}); build them with examples/build_corpus.py", file=sys.stderr)

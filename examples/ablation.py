@@ -90,6 +90,9 @@ def shards(corpus, names, missing):
     not are appended to missing (programs of the split not measured yet)."""
     out = []
     for n in names:
+        if ":" in n:  # generated kernels ("ops:*"): graphs/generated/SOURCE-NNN.zst
+            out += sorted((corpus / "generated").glob(f"{n.split(':', 1)[0]}-*.zst"))
+            continue
         p = corpus / f"{n}.zst"
         if p.exists():
             out.append(p)

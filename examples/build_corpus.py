@@ -143,7 +143,8 @@ def measure_program(prog, args):
                              stdout=subprocess.PIPE)
     cmd = tool("measure") + ["--backend", "cpu", "--min-time", args.min_time,
                              "--samples", str(args.samples), "--cache-dir", str(args.cache_dir),
-                             "--cpus", str(args.cpus), "--clock", args.clock, "--no-progress"]
+                             "--cpus", str(args.cpus), "--clock", args.clock, "--no-progress",
+                             "--jobs", str(args.jobs)]
     if args.retry_errors:
         cmd.append("--retry-errors")
     meas = subprocess.Popen(cmd, stdin=split.stdout, stdout=subprocess.PIPE)
@@ -454,7 +455,8 @@ def main(argv=None):
                          + " ".join(f"{k}={v}" for k, v in PLAN.items()) + ")")
     ap.add_argument("--seed", type=int, default=0, help="tpuperf generate --seed (default 0)")
     ap.add_argument("--jobs", type=int, default=2,
-                    help="measure --jobs for generated kernels (default 2)")
+                    help="measure --jobs (default 2: one pinned worker per CPU of this 2-core "
+                         "machine)")
     ap.add_argument("--only", nargs="+", metavar="PROGRAM", help="only these programs")
     ap.add_argument("--min-time", default="0.5ms",
                     help="measure --min-time: shortest sample (default 0.5ms)")

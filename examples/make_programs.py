@@ -1249,6 +1249,7 @@ def setup_jax():
 MANUAL_TEST_FAMILIES = ("gpt", "gru", "wavenet", "sepconv")
 MANUAL_VALID_FAMILIES = ("autoenc", "moe", "gnn")
 SPLIT_SEED = 0
+GENERATED_PROGRAMS = ("fusions:*", "ops:*", "sweeps:*")
 
 
 def make_splits(programs):
@@ -1267,6 +1268,11 @@ def make_splits(programs):
         part = ("test" if p["family"] in MANUAL_TEST_FAMILIES else
                 "valid" if p["family"] in MANUAL_VALID_FAMILIES else "train")
         man[part].append(p["name"])
+    # the pseudo-programs of generated kernels (tpuperf generate: records
+    # named "ops:OPCODE", "fusions:ORIGIN", "sweeps:SWEPT") train only; they
+    # are drawn from train programs of both splits (examples/build_corpus.py)
+    for split in (rnd, man):
+        split["train"] += list(GENERATED_PROGRAMS)
     return {"random": rnd, "manual": man}
 
 

@@ -34,7 +34,7 @@ OUT=${OUT:-tpuperf_cli/data/default.pt}
 # (MAPE 40.2% against 36.5%, tau 0.820 against 0.835; both runs 900 s, one
 # thread each, side by side).
 TPUPERF_THREADS=1 $PY -m tpuperf_cli train \
-    --data 'examples/corpus/graphs/*.zst' --split "$SPLIT" -o "$OUT" --name default \
+    --data 'examples/corpus/graphs/*.zst' --data 'examples/corpus/graphs/generated/*.zst' --split "$SPLIT" -o "$OUT" --name default \
     --seed 0 --threads 1 --epochs 150 --patience 25 --max-time 900 --noise-scale 0 \
     --gnn sage --layers 3 --neighbors 20 --reduction column --hidden 64 --opcode-dim 32 \
     --batch-size 64 --lr 1e-3 "$@"

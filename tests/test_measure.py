@@ -631,10 +631,25 @@ def test_committed_corpus_is_whole():
         assert all(r["target"]["platform"] == "cpu" for r in recs)
         fingerprints |= {r["fingerprint"] for r in recs}
         total += len(recs)
+    # generated kernels (build_corpus.py generate): drawn only from programs
+    # in the train list of both splits, never a program's kernel again
+    train_all = None
+    for split in ("random", "manual"):
+        train = set(json.loads((root / "splits" / f"{split}.json").read_text())["train"])
+        train_all = train if train_all is None else train_all & train
+    program_fps = set(fingerprints)
+    for shard in sorted((root / "corpus" / "generated").glob("*.zst")):
+        source = shard.stem.rsplit("-", 1)[0]
+        for r in read_records(str(shard)):
+            assert r["source"] == source and r["program"].startswith(source + ":")
+            assert source == "ops" or r["origin"] in train_all, r["origin"]
+            assert r["fingerprint"] not in program_fps
+            fingerprints.add(r["fingerprint"])
+            total += 1
     assert total == manifest["kernels"] and len(fingerprints) == manifest["distinct_kernels"]
     for split in ("random", "manual"):
         sets = json.loads((root / "splits" / f"{split}.json").read_text())
-        listed = [n for s in ("train", "valid", "test") for n in sets[s]]
+        listed = [n for s in ("train", "valid", "test") for n in sets[s] if ":" not in n]
         assert sorted(listed) == sorted(names)  # every program in exactly one set
         if manifest["graph_shards_committed"]:
             assert all((root / "corpus" / "graphs" / f"{n}.zst").exists() for n in listed)
