@@ -43,8 +43,8 @@ Layout of examples/corpus/ (committed unless said):
     kernels/P.zst     kernel records + runtimes, one shard per program
     generated/S-NNN.zst  generated kernels + runtimes, CHUNK per shard
     graphs/P.zst      graph records + runtimes, one shard per program
-    graphs/generated/ graph shards of the generated kernels (gitignored:
-                      `build_corpus.py featurize` rebuilds them)
+    graphs/generated/ graph shards of the generated kernels (committed
+                      with graphs/ when all fit in 30 MB)
                       (committed when all graph shards fit in 30 MB;
                       otherwise gitignored and rebuilt with `featurize`)
     .cache/           measure's sqlite cache (gitignored)
@@ -380,7 +380,8 @@ def summarize(programs, args, measure_seconds):
     seconds = measure_seconds or {}
     kb = sum(p["kernel_bytes"] for p in per_program)
     kb += sum(e["bytes"] for e in per_source.values())
-    gb = sum(p["graph_bytes"] or 0 for p in per_program)
+    gb_generated = sum(f.stat().st_size for f in (CORPUS / "graphs" / "generated").glob("*.zst"))
+    gb = sum(p["graph_bytes"] or 0 for p in per_program) + gb_generated
     manifest = {
         "built_by": "examples/build_corpus.py",
         "target": target,
@@ -419,8 +420,7 @@ def summarize(programs, args, measure_seconds):
 
 
 def write_gitignore(commit_graphs):
-    lines = ["# written by examples/build_corpus.py", ".cache/", ".work/", "*.tmp",
-             "graphs/generated/"]
+    lines = ["# written by examples/build_corpus.py", ".cache/", ".work/", "*.tmp"]
     if not commit_graphs:
         lines.append("graphs/")
     (CORPUS / ".gitignore").write_text("\n".join(lines) + "\n")
