@@ -98,8 +98,13 @@ def test_predict_uses_the_calibrated_model_by_default(calibrated, tmp_path):
     assert got.returncode == 0 and b"calibrated" not in got.stderr
     assert all(r["model"].startswith("default-")
                for r in read_records(str(tmp_path / "b.msgpack")))
-    # records measured elsewhere (the corpus's target): the bundled model
-    got = run(["predict", str(GRAPHS / "mlp_s_train.zst"), "-o", str(tmp_path / "c.msgpack")], env)
+    # records measured on another machine: the bundled model
+    elsewhere = []
+    for r in read_records(str(GRAPHS / "mlp_s_train.zst")):
+        r["target"] = dict(r["target"], chip="Another CPU", cpu={"vendor": "GenuineIntel"})
+        elsewhere.append(r)
+    src = write_stream(tmp_path / "e.msgpack", elsewhere[:5])
+    got = run(["predict", str(src), "-o", str(tmp_path / "c.msgpack")], env)
     assert got.returncode == 0
     assert "no calibrated model for the records' target" in got.stderr.decode()
 
