@@ -2,14 +2,16 @@
 # How the bundled model (tpuperf_cli/data/default.pt) is made.
 #
 # Trains on the "train" programs of the committed CPU corpus
-# (examples/corpus/graphs/*.zst: kernels of the example JAX programs,
+# (examples/corpus/graphs/*.zst: kernels of the example JAX programs, and
+# examples/corpus/graphs/generated/*.zst: kernels of tpuperf generate, whose
+# pseudo-programs ops:*, fusions:* and sweeps:* the split trains on; all
 # measured with XLA:CPU by examples/build_corpus.py), validates on the
 # split's "valid" programs for early stopping, and prints the accuracy on
 # its "test" programs beside the roofline baseline.
 #
 # Seed 0 and one torch thread (another thread count can change the last
-# digits). --max-time 900 ended the run that made the bundled model (145 of
-# 150 epochs, best at epoch 145), so a faster or slower machine trains for
+# digits). --max-time 900 ended the run that made the bundled model (88 of
+# 150 epochs, best at epoch 86), so a faster or slower machine trains for
 # more or fewer epochs.
 #
 #   sh examples/train_default_model.sh                 # writes tpuperf_cli/data/default.pt
@@ -32,7 +34,7 @@ OUT=${OUT:-tpuperf_cli/data/default.pt}
 # --noise-scale 0: kernels weigh alike. On the random split's validation
 # programs 0.05 (a kernel whose samples spread by 5% counts half) did worse
 # (MAPE 40.2% against 36.5%, tau 0.820 against 0.835; both runs 900 s, one
-# thread each, side by side).
+# thread each, side by side, on the corpus as measured two sessions ago).
 TPUPERF_THREADS=1 $PY -m tpuperf_cli train \
     --data 'examples/corpus/graphs/*.zst' --data 'examples/corpus/graphs/generated/*.zst' --split "$SPLIT" -o "$OUT" --name default \
     --seed 0 --threads 1 --epochs 150 --patience 25 --max-time 900 --noise-scale 0 \
