@@ -47,7 +47,8 @@ def test_estimate_hlo_matches_the_tools():
     est = tp.estimate_hlo(EXAMPLE)
     (program,) = _pipeline(EXAMPLE)
     assert est.program == program["program"] == "mlp_s_train"
-    assert est.total_ns == pytest.approx(program["pred_ns"], rel=1e-9)
+    # the same predictions, summed in another order (float32 per kernel)
+    assert est.total_ns == pytest.approx(program["pred_ns"], rel=1e-6)
     assert len(est.kernels) == program["kernels"]
     assert est.model == program["model"]
     assert sum(k.total_ns for k in est.kernels) == pytest.approx(est.total_ns)

@@ -54,10 +54,13 @@ def test_jobs_keep_input_order_and_agree_with_one_job(tmp_path):
     assert two[-1]["error"].startswith("compile:") and "runtime_ns" not in two[-1]
     assert two[1]["runtime_ns"] == two[9]["runtime_ns"]  # one kernel, timed once
     assert all(r["target"] == one[0]["target"] and r["target"]["cpu_count"] == 1 for r in two)
-    # the same kernels take the same time, within a shared machine's noise
+    # the same kernels take about the same time: two jobs on 2 vCPUs lengthen
+    # kernels (14% at the median on an idle machine, 1.65x seen under load),
+    # so this only catches a gross mix-up, e.g. another kernel's runtime;
+    # bench_measure_jobs.py measures the agreement
     assert all("runtime_ns" in r for r in one[:-1] + two[:-1]), [r.get("error") for r in one + two]
     ratios = [b["runtime_ns"] / a["runtime_ns"] for a, b in zip(one[:-1], two[:-1])]
-    assert 0.67 < statistics.median(ratios) < 1.5, ratios
+    assert 0.4 < statistics.median(ratios) < 2.5, ratios
     assert two[0]["runtime_ns"] > 20 * two[1]["runtime_ns"]  # mm256 against mm24
 
 
