@@ -133,6 +133,14 @@ def _write_atomic(records_pipe, dest, compact=False):
     return n
 
 
+def measure_command(args):
+    """measure with the corpus's settings (the options of this script)."""
+    return tool("measure") + ["--backend", "cpu", "--min-time", args.min_time,
+                              "--samples", str(args.samples), "--cache-dir", str(args.cache_dir),
+                              "--cpus", str(args.cpus), "--clock", args.clock, "--no-progress",
+                              "--jobs", str(args.jobs)]
+
+
 def measure_program(prog, args):
     src = HERE / prog["file"]
     dest = CORPUS / "kernels" / f"{prog['name']}.zst"
@@ -141,10 +149,7 @@ def measure_program(prog, args):
     t0 = time.time()
     split = subprocess.Popen(tool("hlo-split") + ["-p", prog["name"], str(src)],
                              stdout=subprocess.PIPE)
-    cmd = tool("measure") + ["--backend", "cpu", "--min-time", args.min_time,
-                             "--samples", str(args.samples), "--cache-dir", str(args.cache_dir),
-                             "--cpus", str(args.cpus), "--clock", args.clock, "--no-progress",
-                             "--jobs", str(args.jobs)]
+    cmd = measure_command(args)
     if args.retry_errors:
         cmd.append("--retry-errors")
     meas = subprocess.Popen(cmd, stdin=split.stdout, stdout=subprocess.PIPE)
@@ -260,10 +265,7 @@ def measure_generated(source, args):
             for r in records[k:k + CHUNK]:
                 w.write(r)
         t0 = time.time()
-        cmd = tool("measure") + ["--backend", "cpu", "--min-time", args.min_time,
-                                 "--samples", str(args.samples), "--cache-dir", str(args.cache_dir),
-                                 "--cpus", str(args.cpus), "--clock", args.clock, "--no-progress",
-                                 "--jobs", str(args.jobs), str(chunk)]
+        cmd = measure_command(args) + [str(chunk)]
         meas = subprocess.Popen(cmd, stdout=subprocess.PIPE)
         n = _write_atomic(meas.stdout, dest, compact=True)
         if meas.wait() != 0:
