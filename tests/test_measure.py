@@ -653,3 +653,42 @@ def test_committed_corpus_is_whole():
         assert sorted(listed) == sorted(names)  # every program in exactly one set
         if manifest["graph_shards_committed"]:
             assert all((root / "corpus" / "graphs" / f"{n}.zst").exists() for n in listed)
+
+
+def test_compile_pool_gives_the_same_code_and_survives_aborts_and_hangs(monkeypatch):
+    """Kernels compiled on the compile pool's processes: loaded here, they
+    are the executables an in-process compile makes; a compile process that
+    aborts costs its module (then its kernel) only, one that hangs is
+    killed."""
+    from tpuperf_cli.hlo.compilable import bundle_module
+    from tpuperf_cli.measure.compiler import CompilePool
+    from tpuperf_cli.measure.device import MeasureError, Measurer
+
+    # the marker is the name of a reducer: what the compile process sees
+    crash = ("HloModule reduce\n\n%abort_here_add (a: f32[], b: f32[]) -> f32[] {\n"
+             "  %a = f32[] parameter(0)\n  %b = f32[] parameter(1)\n"
+             "  ROOT %s = f32[] add(%a, %b)\n}\n\n"
+             "ENTRY %main (p: f32[64,64]) -> f32[64] {\n  %p = f32[64,64] parameter(0)\n"
+             "  %z = f32[] constant(0)\n"
+             "  ROOT %r = f32[64] reduce(%p, %z), dimensions={1}, to_apply=%abort_here_add\n}\n")
+    monkeypatch.setenv("TPUPERF_TEST_COMPILE_ABORT_ON", "abort_here")
+    monkeypatch.setenv("TPUPERF_TEST_COMPILE_HANG_ON", "hang_here")
+    pool = CompilePool([sorted(os.sched_getaffinity(0))[-1]], "cpu", timeout=120)
+    m = Measurer("cpu", samples=3, min_time=0.0002, compiler=pool)
+    try:
+        out = m.measure_many([matmul_hlo(64), crash, matmul_hlo(192), FUSION])
+        assert isinstance(out[1], MeasureError) and out[1].kind == "crash", out[1]
+        assert "compile process" in out[1].message
+        assert all(out[i].runtime_ns > 0 for i in (0, 2, 3)), out
+        assert out[2].runtime_ns > out[0].runtime_ns  # 27x the flops
+        text = bundle_module([m.looped(t, prefix=f"k{i}.", as_entry=False)
+                              for i, t in enumerate([matmul_hlo(32), FUSION])])
+        (loaded, _), = m._compile_all([text])
+        here, _ = Measurer.compile_module(m, text)
+        assert loaded.hlo_modules()[0].to_string() == here.hlo_modules()[0].to_string()
+        pool.timeout = 2
+        hung, done = pool.compile_many([crash.replace("abort_here", "hang_here"), text])
+        assert isinstance(hung, MeasureError) and hung.kind == "timeout"
+        assert isinstance(done, bytes)  # in a fresh process
+    finally:
+        pool.close()

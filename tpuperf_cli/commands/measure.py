@@ -121,6 +121,11 @@ def _cpus(ctx, param, value):
                    "of them); chunks of --batch kernels go to whichever is free, and the "
                    "output stays in input order. With --ray: N Ray workers. [default: 1; "
                    "with --ray, one per CPU (or accelerator) of the cluster]")
+@click.option("--compile-jobs", type=click.IntRange(0), default=None, metavar="N",
+              help="Compile each batch on N processes, each pinned to its own CPU, while the "
+                   "timing process waits; 0 compiles where the kernels are timed. CPU only. "
+                   "[default: with --jobs 1 and --cpus 1, one per CPU this process may use; "
+                   "otherwise 0]")
 @click.option("--ray", "ray_address", default=None, metavar="auto|ADDRESS",
               help="Time on a Ray cluster (pip install -e '.[dist]'): auto joins the one "
                    "this machine belongs to (or $RAY_ADDRESS), ADDRESS is its head "
@@ -129,7 +134,7 @@ def _cpus(ctx, param, value):
                     "- for stdout.")
 @quiet_option(help="No summary on stderr.")
 def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_errors, progress,
-        cpus, clock, timeout, jobs, ray_address, output, quiet):
+        cpus, clock, timeout, jobs, compile_jobs, ray_address, output, quiet):
     """Time kernels on a real device through XLA and add their runtimes.
 
     Reads kernel records (hlo-split) or graph records (featurize) from the
@@ -207,6 +212,14 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
 
     Collectives, infeed/outfeed and send/recv cannot run alone and fail with
     kind "collective"; custom calls the runtime lacks fail to compile.
+
+    Compiling is most of the cost on XLA:CPU, and timing on one CPU leaves
+    the others idle, but timing beside other work lengthens kernels. So a
+    batch is first compiled on a pool of processes, one pinned to each CPU
+    measure may use (--compile-jobs; each set up as the timing process is,
+    so XLA emits the same code), while the timing process waits; the
+    executables come back serialized, and are loaded and timed with the
+    other CPUs idle.
 
     Compilation and timing happen in a child process: XLA aborts the process
     on some internal errors (a failed CHECK), and a kernel may never finish;
@@ -293,7 +306,7 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
             sys.stdout = data_stdout
             raise
     else:
-        measurer = LocalPool(jobs or 1, **settings)
+        measurer = LocalPool(jobs or 1, compile_jobs=compile_jobs, **settings)
     try:
         _measure(prog, measurer, data_stdout, inputs, batch, cache_dir, no_cache, retry_errors,
                  progress, output, quiet)

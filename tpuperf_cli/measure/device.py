@@ -217,6 +217,50 @@ def _switches():
         return None
 
 
+def program_of(text: str) -> tuple[Any, list]:
+    """(XlaComputation, parameter shapes) of a module's text; MeasureError
+    for text XLA does not parse, or a parameter that cannot be fed."""
+    from jax._src.lib import xla_client as xc
+
+    try:
+        module = xc._xla.hlo_module_from_text(text)
+    except Exception as e:
+        raise MeasureError("parse", error_text(e)) from None
+    comp = xc.XlaComputation(module.as_serialized_hlo_module_proto())
+    params = comp.program_shape().parameter_shapes()
+    for i, s in enumerate(params):
+        if s.is_tuple():
+            raise MeasureError("unsupported", f"parameter {i} is a tuple ({s}); "
+                                              f"only array parameters can be fed")
+        if not s.is_static():
+            raise MeasureError("unsupported", f"parameter {i} has a dynamic shape ({s})")
+    return comp, params
+
+
+def _compile_options():
+    from jax._src.lib import xla_client as xc
+
+    options = xc.CompileOptions()
+    options.num_replicas = 1
+    options.num_partitions = 1
+    return options
+
+
+def compile_program(client, device, comp) -> Any:
+    """An XlaComputation compiled for one device, through StableHLO (the
+    way jaxlib compiles); MeasureError if XLA refuses it."""
+    from jax._src.lib import xla_client as xc
+
+    try:
+        mlir = xc._xla.mlir.xla_computation_to_mlir_module(comp)
+    except Exception as e:
+        raise MeasureError("convert", error_text(e)) from None
+    try:
+        return client.compile_and_load(mlir, xc.DeviceList((device,)), _compile_options())
+    except Exception as e:
+        raise MeasureError("compile", error_text(e)) from None
+
+
 class _Timed:
     """One compiled kernel with its inputs, ready to sample. In a bundle,
     the executable's other kernels get their inputs and n = 0 (before and
@@ -293,7 +337,7 @@ class Measurer:
     """
 
     def __init__(self, backend: str | None = None, samples: int = 15, min_time: float = 0.0005,
-                 seed: int = 0, clock: str = "auto", bundle: int = BUNDLE):
+                 seed: int = 0, clock: str = "auto", bundle: int = BUNDLE, compiler=None):
         import jax
 
         if samples < 1:
@@ -306,6 +350,8 @@ class Measurer:
         self.client = self.device.client
         self.samples = samples
         self.bundle = max(1, int(bundle))
+        # a compiler.CompilePool, or None to compile in this process
+        self.compiler = compiler
         self.min_time = float(min_time)
         self.seed = seed
         if clock == "auto":
@@ -353,32 +399,44 @@ class Measurer:
     def compile_module(self, looped: str) -> tuple[Any, list]:
         """Compile a module of looped kernels (one, or a bundle); returns
         (executable, parameter shapes)."""
+        comp, params = program_of(looped)
+        return compile_program(self.client, self.device, comp), params
+
+    def _compile_all(self, modules: Sequence[str]) -> list:
+        """(executable, parameter shapes) or a MeasureError for each module:
+        in this process, or on the compile pool's processes at once (each
+        executable then comes back serialized, and loading it here costs a
+        few percent of compiling it)."""
+        if self.compiler is None:
+            out = []
+            for text in modules:
+                try:
+                    out.append(self.compile_module(text))
+                except MeasureError as e:
+                    out.append(e)
+            return out
         from jax._src.lib import xla_client as xc
 
-        try:
-            module = xc._xla.hlo_module_from_text(looped)
-        except Exception as e:
-            raise MeasureError("parse", error_text(e)) from None
-        comp = xc.XlaComputation(module.as_serialized_hlo_module_proto())
-        params = comp.program_shape().parameter_shapes()
-        for i, s in enumerate(params):
-            if s.is_tuple():
-                raise MeasureError("unsupported", f"parameter {i} is a tuple ({s}); "
-                                                  f"only array parameters can be fed")
-            if not s.is_static():
-                raise MeasureError("unsupported", f"parameter {i} has a dynamic shape ({s})")
-        try:
-            mlir = xc._xla.mlir.xla_computation_to_mlir_module(comp)
-        except Exception as e:
-            raise MeasureError("convert", error_text(e)) from None
-        options = xc.CompileOptions()
-        options.num_replicas = 1
-        options.num_partitions = 1
-        try:
-            exe = self.client.compile_and_load(mlir, xc.DeviceList((self.device,)), options)
-        except Exception as e:
-            raise MeasureError("compile", error_text(e)) from None
-        return exe, params
+        out = [None] * len(modules)
+        todo = []
+        for i, text in enumerate(modules):
+            try:
+                todo.append((i, program_of(text)[1]))
+            except MeasureError as e:
+                out[i] = e
+        blobs = self.compiler.compile_many([modules[i] for i, _ in todo])
+        for (i, params), blob in zip(todo, blobs):
+            if isinstance(blob, MeasureError):
+                out[i] = blob
+                continue
+            try:
+                exe = self.client.deserialize_executable(blob, xc.DeviceList((self.device,)),
+                                                          _compile_options())
+            except Exception as e:
+                out[i] = MeasureError("compile", "loading the compiled kernel: " + error_text(e))
+                continue
+            out[i] = (exe, params)
+        return out
 
     # ------------------------------------------------------------ inputs
     def inputs(self, params: Sequence[Any]) -> list:
@@ -407,11 +465,6 @@ class Measurer:
         return arrays
 
     # ------------------------------------------------------------ timing
-    def _prepare(self, text):
-        """One kernel compiled alone, with its inputs, calibrated."""
-        exe, params = self.compile(text)
-        return self._ready(exe, [(0, params[:-1])])[0]
-
     def _ready(self, exe, kernels):
         """A calibrated _Timed for each kernel of an executable: kernels are
         (position of its first parameter, its parameter shapes but n), the
@@ -438,32 +491,53 @@ class Measurer:
         except Exception as e:
             raise MeasureError("inputs", error_text(e)) from None
 
-    def _prepare_bundle(self, bundle):
-        """(index, _Timed or MeasureError) for each (index, text, Looped) of
-        a bundle compiled as one executable; if the bundle does not compile
-        (or a kernel of it fails), its kernels are prepared one by one, so
-        that each failure is its own."""
+    def _prepare_all(self, bundles):
+        """For each bundle (a list of (index, text, Looped)), a list of
+        (index, _Timed or MeasureError). Every bundle of the batch is
+        compiled first, all at once (on the compile pool when there is
+        one), then each gets its inputs and is calibrated. A bundle that
+        does not compile or run is taken apart: its kernels are compiled
+        one by one, so that each failure is its own."""
         from tpuperf_cli.hlo.compilable import bundle_module
 
-        if len(bundle) > 1:
-            try:
-                exe, params = self.compile_module(bundle_module([lk for _, _, lk in bundle]))
+        multi = [b for b in bundles if len(b) > 1]
+        compiled = self._compile_all([bundle_module([lk for _, _, lk in b]) for b in multi])
+        compiled = {id(b): c for b, c in zip(multi, compiled)}
+        for bundle in bundles:
+            done = compiled.get(id(bundle))
+            if done is not None and not isinstance(done, MeasureError):
+                exe, params = done
                 kernels, at = [], 0
                 for _, _, lk in bundle:
                     kernels.append((at, params[at:at + len(lk.params) - 1]))
                     at += len(lk.params)
-                return list(zip((i for i, _, _ in bundle), self._ready(exe, kernels)))
-            except MeasureError:
-                pass
-        out = []
+                try:
+                    yield list(zip((i for i, _, _ in bundle), self._ready(exe, kernels)))
+                    continue
+                except MeasureError:
+                    pass
+            yield self._one_by_one(bundle)
+
+    def _one_by_one(self, bundle):
+        out, modules = [], []
         for i, text, _ in bundle:
             try:
-                out.append((i, self._prepare(text)))
+                looped = self.looped(text)
+                modules.append((i, "\n".join(["HloModule timing", ""] + looped.lines)))
+            except MeasureError as e:
+                out.append((i, e))
+        for (i, _), done in zip(modules, self._compile_all([m for _, m in modules])):
+            if isinstance(done, MeasureError):
+                out.append((i, done))
+                continue
+            exe, params = done
+            try:
+                out.append((i, self._ready(exe, [(0, params[:-1])])[0]))
             except MeasureError as e:
                 out.append((i, e))
             except Exception as e:  # anything else is this kernel's problem too
                 out.append((i, MeasureError("run", error_text(e))))
-        return out
+        return sorted(out, key=lambda pair: pair[0])
 
     def _bundles(self, texts, results):
         """Lists of (index, text, Looped) to compile together: up to
@@ -495,8 +569,8 @@ class Measurer:
         in `samples` rounds across all of them."""
         results = [None] * len(texts)
         group, group_bytes = [], 0
-        for bundle in self._bundles(texts, results):
-            for i, timed in self._prepare_bundle(bundle):
+        for prepared in self._prepare_all(list(self._bundles(texts, results))):
+            for i, timed in prepared:
                 if isinstance(timed, MeasureError):
                     results[i] = timed
                     continue

@@ -42,6 +42,25 @@ def assign_cpus(jobs: int, cpus: int | None) -> list[list[int] | None]:
     return [allowed[end - (i + 1) * cpus: end - i * cpus] for i in range(jobs)]
 
 
+def compile_cpu_ids(jobs: int, cpus: int | None, compile_jobs: int | None) -> list[int] | None:
+    """The CPU ids of the compile pool (compiler.CompilePool), or None to
+    compile where the kernels are timed. By default (compile_jobs None) a
+    single worker timing on one CPU compiles on every CPU this process may
+    use, while it waits; with several workers each compiles on its own."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if compile_jobs is None:
+        compile_jobs = len(allowed) if jobs == 1 and cpus == 1 and len(allowed) > 1 else 0
+    if compile_jobs == 0:
+        return None
+    if jobs > 1:
+        raise TpuperfError("--compile-jobs goes with --jobs 1: with several workers each "
+                           "compiles on its own CPUs")
+    if compile_jobs > len(allowed):
+        raise TpuperfError(f"--compile-jobs {compile_jobs}: this process may use "
+                           f"{len(allowed)} CPU(s)")
+    return allowed[-compile_jobs:]
+
+
 def same_target(keys_targets: Sequence[tuple[str, dict]], where: str) -> tuple[str, dict]:
     """The one (key, target) the workers share; an error naming the fields
     in which they differ otherwise (a run's records have one target)."""
@@ -63,7 +82,7 @@ class LocalPool:
 
     def __init__(self, jobs: int, backend: str | None = None, samples: int = 15,
                  min_time: float = 0.0005, timeout: float = 300.0, cpus: int | None = None,
-                 clock: str = "auto"):
+                 clock: str = "auto", compile_jobs: int | None = None):
         from .worker import IsolatedMeasurer
 
         self.min_time = float(min_time)
@@ -73,11 +92,13 @@ class LocalPool:
         self.workers = []
         started, errors = [None] * jobs, []
 
+        compile_cpus = compile_cpu_ids(jobs, cpus, compile_jobs)
+
         def start(i, cpu_list):
             try:
                 started[i] = IsolatedMeasurer(backend, samples=samples, min_time=min_time,
                                               timeout=timeout, cpus=cpus, clock=clock,
-                                              cpu_list=cpu_list)
+                                              cpu_list=cpu_list, compile_cpus=compile_cpus)
             except MeasureError as e:
                 errors.append(e)
 

@@ -26,14 +26,18 @@ class IsolatedMeasurer:
     child process. timeout: seconds one kernel may take, compile included;
     cpus: pin the child to that many CPUs (None: all), the last ones of its
     affinity set, or to the CPU ids in cpu_list (measure --jobs gives each
-    child its own)."""
+    child its own); compile_cpus: compile on a pool of processes pinned to
+    these CPU ids (compiler.CompilePool; CPU backend only), None: in the
+    child."""
 
     def __init__(self, backend: str | None = None, samples: int = 15, min_time: float = 0.0005,
                  timeout: float = 300.0, cpus: int | None = None, clock: str = "auto",
-                 cpu_list: Sequence[int] | None = None):
+                 cpu_list: Sequence[int] | None = None, compile_cpus: Sequence[int] | None = None):
         self.config = {"backend": backend, "samples": samples, "min_time": float(min_time),
                        "cpus": cpus, "clock": clock,
-                       "cpu_list": sorted(cpu_list) if cpu_list else None}
+                       "cpu_list": sorted(cpu_list) if cpu_list else None,
+                       "compile_cpus": sorted(compile_cpus) if compile_cpus else None,
+                       "timeout": float(timeout)}
         self.samples = samples
         self.min_time = float(min_time)
         self.timeout = timeout
@@ -212,6 +216,12 @@ def worker_main() -> None:
     except Exception as e:
         send({"fatal": error_text(e), "kind": "backend"})
         return
+    if config.get("compile_cpus") and m.backend == "cpu":
+        from .compiler import CompilePool
+
+        # a bundle holds up to BUNDLE kernels: its compile may take as long
+        m.compiler = CompilePool(config["compile_cpus"], m.backend,
+                                 timeout=config.get("timeout", 300.0) * m.bundle)
     send({"target": m.target, "key": m.key})
     # for tests of the crash path: XLA aborts on text it does not expect, but
     # which text changes with every release
@@ -221,6 +231,8 @@ def worker_main() -> None:
     while True:
         chunk = stdin.read1(1 << 16)
         if not chunk:
+            if m.compiler is not None:
+                m.compiler.close()  # waited for: their CPU time counts as this process's
             return
         unpacker.feed(chunk)
         for req in unpacker:
