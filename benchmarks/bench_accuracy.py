@@ -15,6 +15,15 @@ own uncertainty, a floor no model's MAPE can be judged below.
 
     .venv/bin/python benchmarks/bench_accuracy.py                  # bundled model, random split
     .venv/bin/python benchmarks/bench_accuracy.py --model m.pt --split examples/splits/manual.json
+    .venv/bin/python benchmarks/bench_accuracy.py --breakdown      # where the error is
+
+--breakdown adds where the model's error lies, over every test kernel (the
+floor included): kernels grouped by measured size (decades of runtime), by
+kind (the opcode, or the fusion's kind: kLoop, kInput, kOutput), and by family (the
+program's model, its name up to the first "_"), each group with its
+kernels, median APE of model and baseline, the median noise of its labels,
+and its share of the test programs' summed absolute error of the
+whole-program estimate (prediction x count against runtime x count).
 """
 
 import argparse
@@ -84,6 +93,8 @@ def main():
     ap.add_argument("--set", default="test", help="which program list of the split to score")
     ap.add_argument("--min-us", type=float, default=5.0)
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also print the error by kernel size, kind and family")
     args = ap.parse_args()
 
     split = json.load(open(args.split))
@@ -136,6 +147,53 @@ def main():
     print(f"{'median':24s} {'':7s} {med_m['noise']:5.1f}% | {fmt(med_m)} | {fmt(med_b)}")
     print(f"{'mean':24s} {'':7s} {mean_m['noise']:5.1f}% | {fmt(mean_m)} | {fmt(mean_b)}")
     print(f"(model predicted {len(test)} kernels in {t_model:.2f}s including loading)")
+    if args.breakdown:
+        breakdown(test, pred, bpred)
+
+
+SIZE_BANDS = ((0, 5e3, "< 5 us"), (5e3, 50e3, "5-50 us"), (50e3, 500e3, "50-500 us"),
+              (500e3, 5e6, "0.5-5 ms"), (5e6, float("inf"), ">= 5 ms"))
+
+
+def kind_of(r):
+    """A fusion by its kind (fusion:kLoop...), else the opcode."""
+    op = r.get("opcode") or "?"
+    if op == "fusion":
+        return f"fusion:{r.get('fusion_kind') or '?'}"
+    return op
+
+
+def breakdown(records, pred, bpred):
+    true = np.asarray([r["runtime_ns"] for r in records], dtype=np.float64)
+    counts = np.asarray([r.get("count", 1) for r in records], dtype=np.float64)
+    ape = 100 * np.abs(pred - true) / true
+    bape = 100 * np.abs(bpred - true) / true
+    abs_err = np.abs(pred - true) * counts
+    total = abs_err.sum()
+    noise = np.asarray([r.get("noise") if isinstance(r.get("noise"), (int, float)) else np.nan
+                        for r in records], dtype=np.float64)
+
+    def table(title, groups, order=None):
+        print(f"\nby {title}:")
+        print(f"  {'':22s} {'kernels':>7s} {'model APE':>9s} {'baseline':>9s} {'noise':>6s} "
+              f"{'share of error':>14s}")
+        names = order or sorted(groups, key=lambda g: -abs_err[groups[g]].sum())
+        for g in names:
+            idx = groups.get(g)
+            if idx is None or not len(idx):
+                continue
+            nz = noise[idx][~np.isnan(noise[idx])]
+            print(f"  {g:22s} {len(idx):7d} {np.median(ape[idx]):8.1f}% {np.median(bape[idx]):8.1f}% "
+                  f"{100 * np.median(nz) if len(nz) else float('nan'):5.1f}% "
+                  f"{100 * abs_err[idx].sum() / total:13.1f}%")
+
+    sizes = {name: np.flatnonzero((true >= lo) & (true < hi)) for lo, hi, name in SIZE_BANDS}
+    table("measured size", sizes, [name for _, _, name in SIZE_BANDS])
+    kinds = metrics.group_indices([kind_of(r) for r in records])
+    top = sorted(kinds, key=lambda g: -abs_err[kinds[g]].sum())[:12]
+    table("kind (the 12 with most error)", {g: np.asarray(kinds[g]) for g in top}, top)
+    fams = metrics.group_indices([str(r["program"]).split("_")[0] for r in records])
+    table("family", {g: np.asarray(v) for g, v in fams.items()})
 
 
 if __name__ == "__main__":
