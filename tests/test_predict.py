@@ -293,3 +293,25 @@ def test_bundled_model_loads_and_predicts():
     assert m.target and m.target["platform"] == "cpu"
     p = m.predict_examples([example(r) for r in synthetic_records(1, 3, seed=18)])
     assert np.all(np.isfinite(p)) and np.all(p > 0)
+
+
+def test_save_atomic_removes_what_a_killed_save_left(tmp_path):
+    """A save killed mid-write (SIGKILL: no cleanup) leaves its temporary;
+    the next save of the same file removes it, but not a temporary of a
+    process still running, nor another file's."""
+    import subprocess
+    import sys
+
+    from tpuperf_cli.model.predict import save_atomic
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    left = tmp_path / f".m.pt.{dead}.tmp-abc123.pt"
+    left.write_bytes(b"half a model")
+    alive = tmp_path / f".m.pt.{os.getppid()}.tmp-def456.pt"
+    alive.write_bytes(b"being saved")
+    other = tmp_path / f".n.pt.{dead}.tmp-ghi789.pt"
+    other.write_bytes(b"another file's")
+    save_atomic({"a": 1}, tmp_path / "m.pt")
+    assert not left.exists() and alive.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".m.pt")) == [alive.name]

@@ -234,7 +234,9 @@ def save_atomic(obj: object, path: str | os.PathLike) -> None:
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".pt", dir=d)
+    base = os.path.basename(path)
+    _remove_stale_temporaries(d, base)
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.{os.getpid()}.tmp-", suffix=".pt", dir=d)
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(obj, f)
@@ -250,6 +252,29 @@ def save_atomic(obj: object, path: str | os.PathLike) -> None:
         except OSError:
             pass
         raise
+
+
+def _remove_stale_temporaries(directory: str, base: str) -> None:
+    """Delete what a save_atomic of the same file left when its process was
+    killed mid-save (SIGKILL skips the cleanup): temporaries named after a
+    process that no longer runs."""
+    import glob
+
+    for tmp in glob.glob(os.path.join(glob.escape(directory), f".{glob.escape(base)}.*.tmp-*.pt")):
+        pid = os.path.basename(tmp)[len(base) + 2:].split(".", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its process still runs: maybe saving now
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue  # another user's process: not ours to judge
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def read_model_file(path: str) -> dict:
