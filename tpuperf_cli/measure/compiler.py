@@ -201,22 +201,11 @@ def compiler_main() -> None:
     """The compile process: msgpack {"module": text} requests on stdin, one
     reply each on stdout ({"exe": bytes} or {"error", "kind"}), after a
     {"hello"} once jax is up."""
-    import signal
-
-    import msgpack
-
     from .device import compile_program, program_of, single_threaded_xla
+    from .worker import child_channel
 
     _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
-    config = json.loads(sys.argv[1])
-    out = sys.stdout.buffer
-    pack = msgpack.Packer(use_bin_type=True).pack
-
-    def send(obj):
-        out.write(pack(obj))
-        out.flush()
-
+    config, send, requests = child_channel()
     try:
         os.sched_setaffinity(0, {config["cpu"]})
         single_threaded_xla()
@@ -231,23 +220,16 @@ def compiler_main() -> None:
     # for tests of the crash path (see worker.py)
     abort_on = os.environ.get("TPUPERF_TEST_COMPILE_ABORT_ON")
     hang_on = os.environ.get("TPUPERF_TEST_COMPILE_HANG_ON")
-    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=1 << 30)
-    stdin = sys.stdin.buffer
-    while True:
-        chunk = stdin.read1(1 << 16)
-        if not chunk:
-            return
-        unpacker.feed(chunk)
-        for req in unpacker:
-            if abort_on and abort_on in req["module"]:
-                os.abort()
-            if hang_on and hang_on in req["module"]:
-                time.sleep(3600)
-            try:
-                comp, _ = program_of(req["module"])
-                exe = compile_program(client, device, comp)
-                send({"exe": client.serialize_executable(exe)})
-            except MeasureError as e:
-                send({"error": e.message, "kind": e.kind})
-            except Exception as e:
-                send({"error": error_text(e), "kind": "compile"})
+    for req in requests():
+        if abort_on and abort_on in req["module"]:
+            os.abort()
+        if hang_on and hang_on in req["module"]:
+            time.sleep(3600)
+        try:
+            comp, _ = program_of(req["module"])
+            exe = compile_program(client, device, comp)
+            send({"exe": client.serialize_executable(exe)})
+        except MeasureError as e:
+            send({"error": e.message, "kind": e.kind})
+        except Exception as e:
+            send({"error": error_text(e), "kind": "compile"})

@@ -181,16 +181,17 @@ def _reply(result):
             "dropped": result.dropped}
 
 
-def worker_main() -> None:
-    """The child side of IsolatedMeasurer: msgpack requests on stdin
-    ({"hlo": [text, ...]}), one reply per request on stdout."""
+def child_channel():
+    """The plumbing of a child process's main (the measure worker, a
+    compile process): (config, send, requests). config is the JSON of
+    argv[1]; send(obj) writes one msgpack reply to stdout; requests()
+    yields the msgpack requests read from stdin until it closes. Ctrl-C is
+    the parent's to handle."""
     import signal
 
     import msgpack
 
-    from .device import Measurer, pin_cpus, single_threaded_xla
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     config = json.loads(sys.argv[1])
     out = sys.stdout.buffer
     pack = msgpack.Packer(use_bin_type=True).pack
@@ -199,6 +200,26 @@ def worker_main() -> None:
         out.write(pack(obj))
         out.flush()
 
+    def requests():
+        # internal requests from the parent: kernel texts of one batch
+        unpacker = msgpack.Unpacker(raw=False, max_buffer_size=1 << 30)
+        stdin = sys.stdin.buffer
+        while True:
+            chunk = stdin.read1(1 << 16)
+            if not chunk:
+                return
+            unpacker.feed(chunk)
+            yield from unpacker
+
+    return config, send, requests
+
+
+def worker_main() -> None:
+    """The child side of IsolatedMeasurer: msgpack requests on stdin
+    ({"hlo": [text, ...]}), one reply per request on stdout."""
+    from .device import Measurer, pin_cpus, single_threaded_xla
+
+    config, send, requests = child_channel()
     try:
         if config.get("cpu_list"):
             os.sched_setaffinity(0, config["cpu_list"])
@@ -226,19 +247,9 @@ def worker_main() -> None:
     # for tests of the crash path: XLA aborts on text it does not expect, but
     # which text changes with every release
     abort_on = os.environ.get("TPUPERF_TEST_ABORT_ON")
-    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=1 << 30)
-    stdin = sys.stdin.buffer
-    while True:
-        chunk = stdin.read1(1 << 16)
-        if not chunk:
-            if m.compiler is not None:
-                m.compiler.close()  # waited for: their CPU time counts as this process's
-            return
-        unpacker.feed(chunk)
-        for req in unpacker:
-            if abort_on and any(abort_on in text for text in req["hlo"]):
-                os.abort()
-            results = []
-            for r in m.measure_many(req["hlo"]):
-                results.append(_reply(r))
-            send({"results": results})
+    for req in requests():
+        if abort_on and any(abort_on in text for text in req["hlo"]):
+            os.abort()
+        send({"results": [_reply(r) for r in m.measure_many(req["hlo"])]})
+    if m.compiler is not None:
+        m.compiler.close()  # waited for: their CPU time counts as this process's
