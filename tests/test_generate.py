@@ -85,6 +85,37 @@ def test_convolutions_cover_dims_groups_and_dilations():
         assert any(f"fft_type={fft_type}," in ops._fft(g)[1] for _ in range(60)), fft_type
 
 
+def test_convolutions_and_dots_are_what_xla_emits(sample):
+    """A generated convolution or dot is compiled by XLA first: its record
+    holds the op as XLA emits it, which compiling again (alone or inside
+    measure's timing loop) leaves in the same form: same dimension labels,
+    same operand layouts."""
+    import re
+
+    from tpuperf_cli.generate.fusions import compile_cpu
+    from tpuperf_cli.measure.device import Measurer
+
+    LABELS = r"dim_labels=[^\s,]+|lhs_contracting_dims=\{[^}]*\}"
+
+    def forms(text, op):
+        return sorted(re.findall(rf"\S+ {op}\((.*)", text))
+
+    picked = [r for r in sample if r["program"] in ("ops:convolution", "ops:dot")]
+    assert len(picked) >= 10
+    m = Measurer("cpu")
+    for r in picked[:6]:
+        op = r["program"].split(":")[1]
+        assert op in r["hlo"]
+        mine = [f.split("metadata=")[0].split(", metadata")[0] for f in forms(r["hlo"], op)]
+        again = compile_cpu(r["hlo"])
+        looped = m.compile(r["hlo"])[0].hlo_modules()[0].to_string()
+        for text in (again, looped):
+            got = [f.split("metadata=")[0].split(", metadata")[0] for f in forms(text, op)]
+            labels = [re.findall(LABELS, f) for f in got]
+            assert labels == [re.findall(LABELS, f)
+                              for f in mine], (r["hlo"], text)
+
+
 def test_while_kernels_are_the_bodys_ops_counted_by_trip():
     import random
 

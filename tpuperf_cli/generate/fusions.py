@@ -383,11 +383,12 @@ def _plain(shape_text):
 FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 
-def compile_cpu(text: str) -> str:
-    """The optimized module XLA:CPU makes of a module's text."""
+def compile_cpu(text: str, name: str = "<fusion group>") -> str:
+    """The optimized module XLA:CPU makes of a module's text (at LLVM level
+    0: the same HLO, faster)."""
     from tpuperf_cli.hlo.compile import optimize
 
-    return optimize(text, "cpu", name="<fusion group>", mlir=False, debug_options=FAST_COMPILE)
+    return optimize(text, "cpu", name=name, mlir=False, debug_options=FAST_COMPILE)
 
 
 def count_kernels(optimized: str) -> int:
