@@ -613,6 +613,34 @@ def test_too_many_cpus_is_a_clear_error(tmp_path):
     assert "Traceback" not in p.stderr.decode()
 
 
+def test_compile_pool_cpus(monkeypatch):
+    """One job timing on one CPU compiles on every CPU it may use; several
+    jobs, or --cpus all, compile where they time; a pool larger than the
+    CPUs, or beside several jobs, is a clear error."""
+    from tpuperf_cli.errors import TpuperfError
+    from tpuperf_cli.measure.parallel import compile_cpu_ids
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert compile_cpu_ids(1, 1, None) == [0, 1, 2, 3]
+    assert compile_cpu_ids(2, 1, None) is None
+    assert compile_cpu_ids(1, None, None) is None
+    assert compile_cpu_ids(1, 1, 0) is None
+    assert compile_cpu_ids(1, 1, 2) == [2, 3]
+    with pytest.raises(TpuperfError, match="--compile-jobs 5: this process may use 4"):
+        compile_cpu_ids(1, 1, 5)
+    with pytest.raises(TpuperfError, match="goes with --jobs 1"):
+        compile_cpu_ids(2, 1, 2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    assert compile_cpu_ids(1, 1, None) is None  # nothing to gain on one CPU
+
+
+def test_compile_jobs_beside_several_jobs_is_a_clear_error(tmp_path):
+    p = run_measure(["--jobs", "2", "--compile-jobs", "2"], stream_bytes([kernel("f", FUSION)]),
+                    tmp_path, check=False)
+    assert p.returncode == 1 and "--compile-jobs goes with --jobs 1" in p.stderr.decode()
+    assert "Traceback" not in p.stderr.decode()
+
+
 def test_committed_corpus_is_whole():
     """examples/corpus matches examples/programs.json and the split files."""
     import json
