@@ -171,15 +171,151 @@ ENTRY e {
 """
 
 
-def test_reduce_and_its_reducer_is_not_a_node():
+def test_reduce_and_its_reducer_are_nodes():
     g = graph(REDUCE)
-    assert g["node_opcode"].tolist() == [63, 24, 70]      # no nodes for `add`
-    assert g["edge_index"].tolist() == [[2, 0], [2, 1]]
-    check_row(g["node_feat"][2], expected({0: 1, 13: 1, 21: 16, 27: 16, 28: 16,
+    # p, c, then the reducer (a, b, s) just before the reduce that calls it
+    assert g["node_opcode"].tolist() == [63, 24, 63, 63, 2, 70]
+    # the reduce consumes its operands and the reducer's root (TpuGraphs' call edge)
+    assert g["edge_index"].tolist() == [[4, 2], [4, 3], [5, 0], [5, 1], [5, 4]]
+    # is_root: the root of each node's own computation (featurizers.h)
+    assert g["node_feat"][:, 0].tolist() == [0, 0, 0, 0, 1, 1]
+    check_row(g["node_feat"][5], expected({0: 1, 13: 1, 21: 16, 27: 16, 28: 16,
                                            31: 0, 32: 2, 134: 0}))
+    check_row(g["node_feat"][4], expected({0: 1, 13: 1, 28: 1}))    # f32[] add
     kf = dict(zip(KERNEL_FEATURES, g["kernel_feat"]))
     assert kf["flops"] == 8 * 16 * 32 - 16                 # one add per reduced element
     assert kf["output_bytes"] == 64
+
+
+def reduce_window(reducer):
+    return f"""HloModule rw
+{reducer}
+ENTRY e {{
+  p = bf16[8,64,64]{{2,1,0}} parameter(0)
+  c = bf16[] constant(0)
+  ROOT r = bf16[8,32,32]{{2,1,0}} reduce-window(p, c), window={{size=1x2x2 stride=1x2x2}}, to_apply=red
+}}
+"""
+
+
+BF16_VIA_F32 = """red {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ca = f32[] convert(a)
+  cb = f32[] convert(b)
+  s = f32[] add(ca, cb)
+  ROOT r = bf16[] convert(s)
+}"""
+
+BF16_ADD = """red {
+  a = bf16[] parameter(0)
+  b = bf16[] parameter(1)
+  ROOT s = bf16[] add(a, b)
+}"""
+
+
+def test_reduce_window_reducer_that_converts_is_seen():
+    # the same reduce-window node; on XLA:CPU the converting reducer is ~10x slower
+    slow = graph(reduce_window(BF16_VIA_F32))
+    fast = graph(reduce_window(BF16_ADD))
+    assert np.array_equal(slow["node_feat"][-1], fast["node_feat"][-1])
+    convert, add = opcode_id("convert"), opcode_id("add")
+    assert slow["node_opcode"].tolist() == [63, 24, 63, 63, convert, convert, add, convert,
+                                            opcode_id("reduce-window")]
+    assert fast["node_opcode"].tolist() == [63, 24, 63, 63, add, opcode_id("reduce-window")]
+    assert [8, 7] in slow["edge_index"].tolist() and [5, 4] in fast["edge_index"].tolist()
+    # the f32 add inside the reducer is a node of its own (element type f32)
+    assert slow["node_feat"][6, 13] == 1 and fast["node_feat"][4, 15] == 1
+
+
+def test_called_computations_once_nested_and_in_order():
+    # a fusion with two reduces sharing one reducer, a nested fusion, and a sort
+    # whose comparator calls a computation of its own
+    hlo = """HloModule f
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+inner {
+  x = f32[4]{0} parameter(0)
+  ROOT e = f32[4]{0} exponential(x)
+}
+less {
+  l = f32[] parameter(0)
+  r = f32[] parameter(1)
+  ROOT lt = pred[] compare(l, r), direction=LT
+}
+cmp {
+  p0 = f32[] parameter(0)
+  p1 = f32[] parameter(1)
+  ROOT c = pred[] call(p0, p1), to_apply=less
+}
+fused {
+  q = f32[4]{0} parameter(0)
+  z = f32[] constant(0)
+  n = f32[4]{0} fusion(q), kind=kLoop, calls=inner
+  st = f32[4]{0} sort(n), dimensions={0}, to_apply=cmp
+  r1 = f32[] reduce(st, z), dimensions={0}, to_apply=add
+  r2 = f32[] reduce(q, z), dimensions={0}, to_apply=add
+  ROOT t = (f32[], f32[]) tuple(r1, r2)
+}
+ENTRY e {
+  p = f32[4]{0} parameter(0)
+  ROOT f = (f32[], f32[]) fusion(p), kind=kLoop, calls=fused
+}
+"""
+    module = parse_module(hlo, "f.hlo")
+    nodes, comp = kernel_nodes(module)
+    assert [n.name for n in nodes] == ["q", "z", "n", "st", "r1", "r2", "t"]
+    names = graph_names(module)
+    assert names == ["q", "z", "x", "e", "n", "p0", "p1", "l", "r", "lt", "c", "st",
+                     "a", "b", "s", "r1", "r2", "t"]
+    g = featurize_module(module)
+    roots = g["node_feat"][:, 0]
+    assert [names[k] for k, r in enumerate(roots) if r] == ["e", "lt", "c", "s", "t"]
+    edges = [(names[u], names[v]) for u, v in g["edge_index"].tolist()]
+    for call in [("n", "e"), ("c", "lt"), ("st", "c"), ("r1", "s"), ("r2", "s")]:
+        assert call in edges
+    # operands before users throughout: the order is topological
+    assert all(u > v for u, v in g["edge_index"].tolist())
+    assert g["node_feat"].shape == (18, NODE_FEATURES)
+
+
+def test_while_body_and_condition_are_nodes():
+    g = graph("""HloModule w
+body {
+  s = (s32[], f32[4]{0}) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  v = f32[4]{0} get-tuple-element(s), index=1
+  one = s32[] constant(1)
+  j = s32[] add(i, one)
+  t = f32[4]{0} tanh(v)
+  ROOT n = (s32[], f32[4]{0}) tuple(j, t)
+}
+cond {
+  s = (s32[], f32[4]{0}) parameter(0)
+  i = s32[] get-tuple-element(s), index=0
+  k = s32[] constant(10)
+  ROOT lt = pred[] compare(i, k), direction=LT
+}
+ENTRY e {
+  p = (s32[], f32[4]{0}) parameter(0)
+  ROOT w = (s32[], f32[4]{0}) while(p), condition=cond, body=body
+}
+""")
+    ops = g["node_opcode"].tolist()
+    assert len(ops) == 1 + 4 + 7 + 1 and ops[-1] == opcode_id("while")
+    assert opcode_id("tanh") in ops and opcode_id("compare") in ops
+    # the while consumes its operand and both called roots
+    assert [u for u, v in g["edge_index"].tolist()].count(12) == 3
+
+
+def test_call_to_a_missing_computation_is_an_error():
+    module = parse_module(REDUCE, "r.hlo")
+    module.entry.root.called = ["nowhere"]
+    with pytest.raises(FeaturizeError, match="calls computation 'nowhere'"):
+        featurize_module(module)
 
 
 DOT = """HloModule d
@@ -232,8 +368,10 @@ ENTRY e {
   ROOT s = (f32[64]{0}, s32[64]{0}) sort(k, v), dimensions={0}, is_stable=true, to_apply=cmp
 }
 """)
-    # a tuple: one-hot "tuple", no dims (product 1), tuple size 2, no layout
-    check_row(g["node_feat"][2], expected({0: 1, 18: 1, 28: 1, 29: 2, 31: 0, 133: 1}))
+    # after k, v and the comparator's 5 nodes: the sort, a tuple: one-hot
+    # "tuple", no dims (product 1), tuple size 2, no layout
+    assert g["node_opcode"].tolist()[-1] == opcode_id("sort")
+    check_row(g["node_feat"][7], expected({0: 1, 18: 1, 28: 1, 29: 2, 31: 0, 133: 1}))
 
 
 def test_default_layout_when_none_printed_and_dynamic_slice():
@@ -279,6 +417,16 @@ ENTRY e {
     assert kf["flops"] == 8 and kf["bytes_read"] == 32 and kf["bytes_written"] == 16
 
 
+def graph_names(module):
+    """Instruction names of the graph's nodes, called computations' included."""
+    from tpuperf_cli.features import _topological
+    from tpuperf_cli.features.called import graph_with_called
+
+    nodes, comp = kernel_nodes(module)
+    order, _, _ = graph_with_called(module, comp, nodes, _topological, FeaturizeError)
+    return [n.name for n in order]
+
+
 def tile_sample():
     if not TILE_SAMPLE.exists():
         pytest.skip("tpu_tile_sample.json not available")
@@ -293,6 +441,7 @@ def test_tpu_kernel_with_tiled_layouts():
     nodes, comp = kernel_nodes(module)
     names = [n.name for n in nodes]
     assert comp.name == "fused_computation.17.clone" and len(names) == 14
+    names = graph_names(module)                  # with the reducers' nodes
     feat = g["node_feat"]
     # %convert.179 = pred[32,26,26,192]{3,0,2,1:T(8,128)(4,1)}: tiles are not
     # features, minor_to_major is
@@ -463,6 +612,7 @@ def test_pipeline_from_hlo_split():
         n = decode_array(g["node_opcode"]).shape[0]
         feat_ = decode_array(g["node_feat"])
         edges = decode_array(g["edge_index"])
-        assert feat_.shape == (n, 140) and (feat_[:, 0] == 1).sum() == 1
+        # is_root: the kernel's root (printed last) and each called computation's
+        assert feat_.shape == (n, 140) and feat_[-1, 0] == 1
         assert (edges[:, 0] > edges[:, 1]).all()          # topological: operands first
         assert (decode_array(g["node_opcode"]) > 0).all()

@@ -43,7 +43,8 @@ def cli(inputs, output, skip_bad, quiet):
       edge_index   int32 (m,2)      row [u, v] means node u consumes node v's
                                     output (TpuGraphs convention: edges
                                     point from user to operand); one row per
-                                    distinct operand
+                                    distinct operand, and one from a caller
+                                    to each called computation's root
       kernel_feat  float32 (5)      flops, transcendentals, bytes_read,
                                     bytes_written, output_bytes
       config_feat  float32 (24)     tile config: kernel_bounds, output_bounds,
@@ -53,9 +54,12 @@ def cli(inputs, output, skip_bad, quiet):
     \b
     Nodes: the instructions of the kernel's computation, in topological
     order (operands first): for a fusion, its fused computation; for an
-    unfused op, its parameters and the op. Reducers, comparators and other
-    computations a node calls are not nodes; the calling node stands for
-    them and their work is counted in kernel_feat.
+    unfused op, its parameters and the op. The computations a node calls
+    (reducers, scatter combiners, sort comparators, map, while and
+    conditional bodies, to_apply of call and custom-call, nested fusions)
+    are nodes too, as TpuGraphs encodes a module: each called computation's
+    instructions once, just before its first caller, with an edge from the
+    caller to the called root; is_root marks each computation's root.
 
     \b
     node_feat layout (N entries + sum + product; a missing entry is 0, an

@@ -19,6 +19,7 @@ Graph fields (tpuperf_cli.records.GRAPH_FIELDS):
     node_opcode  int32 (n,)       TpuGraphs opcode ids (features.opcodes)
     node_feat    float32 (n, 140) TpuGraphs "Node Features" (features.nodes)
     edge_index   int32 (m, 2)     row [u, v]: node u consumes node v's output
+                                  (or v is the root of a computation u calls)
                                   (TpuGraphs convention); one row per
                                   distinct operand, rows ordered by u then v
     kernel_feat  float32 (5,)     KERNEL_FEATURES, from tpuperf_cli.hlo.cost
@@ -27,9 +28,12 @@ Graph fields (tpuperf_cli.records.GRAPH_FIELDS):
 Nodes are the instructions of the kernel's computation in topological order:
 for a fusion, its fused computation; for an unfused op, the ENTRY
 computation of the standalone module (the op's parameters and the op).
-Computations a node calls (reducers, comparators, nested fusions) are not
-nodes: the calling node stands for them, and their work counts in
-kernel_feat.
+Computations a node calls (reducers, scatter combiners, sort comparators,
+map and while bodies, nested fusions, ...) are nodes too, as TpuGraphs
+encodes a module (features.called): each called computation's instructions
+once, just before its first caller, and an edge from each caller to the
+called computation's root; is_root marks each computation's root. Their
+work also counts in kernel_feat.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.features.called import graph_with_called
 from tpuperf_cli.features.config import CONFIG_FEATURE_NAMES, config_features
 from tpuperf_cli.features.nodes import NODE_FEATURE_NAMES, node_features, node_row_bytes
 from tpuperf_cli.features.opcodes import NUM_OPCODES, opcode_id, opcode_name
@@ -146,27 +151,16 @@ def featurize_module(module: Module, config: dict | None = None) -> dict[str, np
 
     from tpuperf_cli.hlo.cost import kernel_cost
 
-    nodes, comp = kernel_nodes(module)
-    root = comp.root
-    index = {ins.name: k for k, ins in enumerate(nodes)}
+    kernel, comp = kernel_nodes(module)
+    nodes, roots, edges = graph_with_called(module, comp, kernel, _topological, FeaturizeError)
     opcodes = []
     rows = []
-    edges = []
-    for u, ins in enumerate(nodes):
+    for ins, is_root in zip(nodes, roots):
         opcodes.append(opcode_id(ins.opcode))
         try:
-            rows.append(node_row_bytes(ins, ins is root))
+            rows.append(node_row_bytes(ins, is_root))
         except (ValueError, KeyError, IndexError) as e:
             raise FeaturizeError(f"instruction '{ins.name}' ({ins.opcode}): {e}") from None
-        ops = ins.operands
-        if ops:
-            if len(ops) == 1:
-                edges.append(u)
-                edges.append(index[ops[0]])
-            else:
-                for v in sorted({index[o] for o in ops}):
-                    edges.append(u)
-                    edges.append(v)
     try:
         cost = kernel_cost(module)
     except (ValueError, KeyError, IndexError, TypeError) as e:
