@@ -311,10 +311,15 @@ ENTRY e {
     assert [u for u, v in g["edge_index"].tolist()].count(12) == 3
 
 
-def test_call_to_a_missing_computation_is_an_error():
+def test_call_to_a_missing_computation_or_a_cycle_is_an_error():
     module = parse_module(REDUCE, "r.hlo")
     module.entry.root.called = ["nowhere"]
     with pytest.raises(FeaturizeError, match="calls computation 'nowhere'"):
+        featurize_module(module)
+    # a module built in code, not parsed (the parser refuses both)
+    module = parse_module(REDUCE, "r.hlo")
+    module.computations["add"].root.called = ["add"]
+    with pytest.raises(FeaturizeError, match="'add' calls itself"):
         featurize_module(module)
 
 

@@ -96,8 +96,11 @@ def graph_with_called(module: Module, comp: Computation, nodes: list[Instruction
         if callee is None or not callee.instructions:
             raise error(f"'{caller.name}' ({caller.opcode}) in computation '{parent.name}' "
                         f"calls computation '{name}', which is not in the module")
-        if name in active or depth > MAX_CALL_DEPTH:
+        if name in active:
             raise error(f"computation '{name}' calls itself (through '{caller.name}')")
+        if depth > MAX_CALL_DEPTH:
+            raise error(f"'{caller.name}' calls computation '{name}' more than "
+                        f"{MAX_CALL_DEPTH} calls deep")
         active.add(name)
         at = add(callee, order(callee), depth)
         active.discard(name)
