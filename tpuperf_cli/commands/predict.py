@@ -84,16 +84,16 @@ def cli(files, model, batch_size, output, device, threads, engine, show_model, q
     from tpuperf_cli.model import thread_env
 
     thread_env(threads or None)         # before numpy loads its BLAS
-    from tpuperf_cli.model.predict import load_model, predict_records
+    from tpuperf_cli.model.predict import load_model, predict_packed
     from tpuperf_cli.stream import read_many
 
     if not show_model:
         refuse_terminal(output, "score")
-    records = None
+    items = None
     target = None
     if model is None and not show_model:
         # the default model follows the records' target: peek at the first one
-        records, target = _peek_target(read_many(list(files)))
+        items, target = _peek_target(read_many(list(files), with_bytes=True))
     model = load_model(model, device=device, threads=threads or None, engine=engine,
                        target=target)
     if show_model:
@@ -102,25 +102,27 @@ def cli(files, model, batch_size, output, device, threads, engine, show_model, q
         return
     if not quiet:
         note_model("predict", model)
-    if records is None:
-        records = read_many(list(files))
+    if items is None:
+        items = read_many(list(files), with_bytes=True)
     warn = (lambda msg: None) if quiet else None
     with record_writer(output, "score") as out:
-        for record in predict_records(records, model, batch_size, name=_name(files), warn=warn):
-            out.write(record)
+        for packed, count in predict_packed(items, model, batch_size, name=_name(files), warn=warn):
+            out.write_packed(packed, count)
 
 
-def _peek_target(records):
-    """(the same records, the first one's target or None). An error reading
-    the first record is raised here: no good record comes before it."""
+def _peek_target(items):
+    """(the same (record, bytes) items, the first record's target or None).
+    An error reading the first record is raised here: no good record comes
+    before it."""
     import itertools
 
     try:
-        first = next(records)
+        first = next(items)
     except StopIteration:
         return iter(()), None
-    target = first.get("target") if isinstance(first, dict) else None
-    return itertools.chain([first], records), target
+    record = first[0]
+    target = record.get("target") if isinstance(record, dict) else None
+    return itertools.chain([first], items), target
 
 
 def _name(files):
