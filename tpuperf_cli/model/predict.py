@@ -512,19 +512,24 @@ def predict_packed(items: Iterable[tuple[Record, bytes]], model: Model, batch_si
     packer = msgpack.Packer(use_bin_type=True)
     pred_key = packer.pack(PRED_NS) + b"\xcb"                   # then a float64, big-endian
     model_field = packer.pack(MODEL) + packer.pack(model.name)
+    heads = {}              # a record's map header -> (its length, the header with 2 more fields)
     for records, raws, preds in _predicted(items, model, batch_size, name, warn):
         out = []
         big_endian = preds.astype(">f8").tobytes()
-        for i, (record, raw) in enumerate(zip(records, raws)):
-            head = _map_header(raw)
+        for i, raw in enumerate(raws):
+            record = records[i]
+            head = heads.get(raw[:3])
+            if head is None:
+                head = _map_header(raw)
+                if head is not None and head[0] <= 3 and len(heads) < 4096:
+                    heads[raw[:3]] = head       # raw[:3] holds the whole header
             if head is None or PRED_NS in record or MODEL in record:
                 record[PRED_NS] = float(preds[i])
                 record[MODEL] = model.name
                 out.append(packer.pack(record))
                 continue
-            size, skip = head
-            out.append(_map_start(size + 2))
-            out.append(memoryview(raw)[skip:])
+            out.append(head[1])
+            out.append(memoryview(raw)[head[0]:])
             out.append(pred_key + big_endian[8 * i:8 * i + 8] + model_field)
         yield b"".join(out), len(records)
 
@@ -538,18 +543,18 @@ def _map_start(size: int) -> bytes:
     return b"\xdf" + size.to_bytes(4, "big")
 
 
-def _map_header(raw: bytes) -> tuple[int, int] | None:
-    """(number of fields, header length) of a msgpack map's bytes; None for
-    anything else."""
+def _map_header(raw: bytes) -> tuple[int, bytes] | None:
+    """(the header's length, the header of the same map with two more
+    fields) for a msgpack map's bytes; None for anything else."""
     if not raw:
         return None
     b = raw[0]
     if 0x80 <= b <= 0x8f:
-        return b & 0x0f, 1
+        return 1, _map_start((b & 0x0f) + 2)
     if b == 0xde:
-        return int.from_bytes(raw[1:3], "big"), 3
+        return 3, _map_start(int.from_bytes(raw[1:3], "big") + 2)
     if b == 0xdf:
-        return int.from_bytes(raw[1:5], "big"), 5
+        return 5, _map_start(int.from_bytes(raw[1:5], "big") + 2)
     return None
 
 
