@@ -160,7 +160,7 @@ class Corpus:
     def __init__(self, paths: Iterable[str], programs: Iterable[str] | None = None, task: str = "fusion",
                  memory_mb: float = 2048, configs: int = 16, interleave: int = 4, shuffle_items: int = 4096,
                  shard: tuple[int, int] = (0, 1)):
-        from tpuperf_cli.split import ProgramSet      # not at import: predict never needs it
+        from tpuperf_cli.split import ProgramSet  # not at import: predict never needs it
 
         self.paths = list(paths)
         self.programs = ProgramSet(programs) if programs is not None else None

@@ -3,8 +3,8 @@
 Importing torch and DGL costs `predict` seconds before its first record. The
 network itself is small (a few matrix products per layer), so here the
 weights of a model file run in numpy float32: the same arithmetic as net.Net
-in eval mode (dropout off), to float32 rounding; past start-up it costs
-about as much CPU as the DGL network (benchmarks/bench_predict.py). DGL
+in eval mode (dropout off), to float32 rounding; past start-up it costs a
+little less CPU than the DGL network (benchmarks/bench_predict.py). DGL
 stays the training library; this is the default engine of predict, eval
 and select wherever it can run the model.
 
@@ -119,7 +119,7 @@ class _Edges:
     __slots__ = ("src", "dst", "n", "deg", "nodes", "starts", "first", "multi", "steps", "multi_deg")
 
     def __init__(self, src, dst, n):
-        if dst.size > 1 and (dst[1:] < dst[:-1]).any():     # parts_batch hands them sorted
+        if dst.size > 1 and (dst[1:] < dst[:-1]).any():     # sorted already: no sort
             order = np.argsort(dst, kind="stable")
             src, dst = src[order], dst[order]
         self.src, self.dst, self.n = src, dst, n
