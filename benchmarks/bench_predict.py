@@ -9,23 +9,28 @@ Figures, all measured in this run on this machine:
   beside them (the reference: a record tool that imports no model).
 * throughput past start-up, on graph records of the whole committed CPU
   corpus (14,607 kernels of 77 programs, in shard order; synthetic records
-  if the corpus is missing), through the library's predict_records
-  (records decoded, batched, scaled, predicted, fields added, written
-  again), for each engine; and on the corpus's distinct graphs only (no
-  kernel repeats, so none is served from predict's memo of graphs seen
-  before). Also the command end to end, start-up subtracted.
+  if the corpus is missing), through what the command runs
+  (model.predict.predict_packed: records decoded, batched, scaled,
+  predicted, the two fields appended to each record's bytes, written; no
+  cyclic garbage collection, as in the command), for each engine; and on
+  the corpus's distinct graphs only (no kernel repeats, so none is served
+  from predict's memo of graphs seen before). Also the library's
+  predict_records (records packed again), and the command end to end,
+  start-up subtracted.
 * reference: a do-nothing filter over the same stream (msgpack records
   read and written again), the floor any record tool pays.
 
 Each figure is the best of --repeat runs; every run starts with a fresh
-model (an empty memo). Throughput comes as wall-clock and CPU rates (CPU
-seconds of this process, math on one thread): on a shared machine the CPU
-rate is the steadier one.
+model (an empty memo); output goes to a sink that drops it. Throughput
+comes as wall-clock and CPU rates (CPU seconds of this process, math on
+one thread): on a shared machine the CPU rate is the steadier one, and the
+goal is checked on it.
 
     .venv/bin/python benchmarks/bench_predict.py [--model M] [--threads 1] [--repeat 3]
 """
 
 import argparse
+import gc
 import glob
 import io
 import os
@@ -76,6 +81,16 @@ def stream(recs):
     return buf.getvalue()
 
 
+class Sink:
+    """An output that drops what it is given."""
+
+    def write(self, data):
+        return len(data)
+
+    def flush(self):
+        pass
+
+
 def best_of(fn, repeat):
     times = []
     for _ in range(repeat):
@@ -113,6 +128,8 @@ def main():
     uniq = distinct(recs)
     data, data_uniq, warm = stream(recs), stream(uniq), stream(recs[:500])
     n, nu = len(recs), len(uniq)
+    del recs, uniq          # a tool holds a batch, not the corpus
+    gc.collect()
 
     def run(cmd, inp=b""):
         r = subprocess.run(cmd, input=inp, capture_output=True, env=env)
@@ -131,15 +148,14 @@ def main():
                                            args.repeat)
 
     def passthrough(d):
-        out = io.BytesIO()
-        w = RecordWriter(out)
+        w = RecordWriter(Sink())
         for r in read_records(io.BytesIO(d)):
             w.write(r)
         w.flush()
 
     ref, _ = best_of(lambda: passthrough(data), args.repeat)
 
-    from tpuperf_cli.model.predict import load_model, predict_records
+    from tpuperf_cli.model.predict import load_model, predict_packed, predict_records
 
     models = {}
     t = time.perf_counter()
@@ -150,10 +166,22 @@ def main():
     load_dgl = time.perf_counter() - t
 
     def library(model, d):
+        """What the command runs past start-up."""
         model._memo.clear()          # every run starts as a fresh process would
         model._memo_bytes = 0
-        out = io.BytesIO()
-        w = RecordWriter(out)
+        w = RecordWriter(Sink())
+        gc.disable()
+        try:
+            for packed, count in predict_packed(read_records(io.BytesIO(d), with_bytes=True), model):
+                w.write_packed(packed, count)
+        finally:
+            gc.enable()
+        w.flush()
+
+    def records_api(model, d):
+        model._memo.clear()
+        model._memo_bytes = 0
+        w = RecordWriter(Sink())
         for r in predict_records(read_records(io.BytesIO(d)), model):
             w.write(r)
         w.flush()
@@ -164,6 +192,8 @@ def main():
         lib[engine], lib_cpu[engine] = best_cpu(lambda: library(model, data), args.repeat)
         key = engine + " distinct"
         lib[key], lib_cpu[key] = best_cpu(lambda: library(model, data_uniq), args.repeat)
+    key = "numpy, predict_records"
+    lib[key], lib_cpu[key] = best_cpu(lambda: records_api(models["numpy"], data), args.repeat)
     ref_cpu = best_cpu(lambda: passthrough(data), args.repeat)[1]
 
     cli, _ = best_of(lambda: run(predict, data), args.repeat)
@@ -183,7 +213,7 @@ def main():
     print(f"{'reference  read+write records':<42} {n / ref:9.0f} {n / ref_cpu:9.0f}")
     for key, t in lib.items():
         k = nu if key.endswith("distinct") else n
-        label = f"predict    library, {key}"
+        label = f"predict    {key}"
         print(f"{label:<42} {k / t:9.0f} {k / lib_cpu[key]:9.0f}   "
               f"({(k / lib_cpu[key]) / (n / ref_cpu):.2f}x the reference's rate, cpu)")
     print(f"predict    command, start-up excluded     {n / cli_net:9.0f} kernels/s   "
@@ -191,11 +221,11 @@ def main():
     print(f"numpy engine vs dgl, same run, cpu: {lib_cpu['dgl'] / lib_cpu['numpy']:.1f}x (corpus), "
           f"{lib_cpu['dgl distinct'] / lib_cpu['numpy distinct']:.1f}x (distinct graphs); "
           f"start-up {start_dgl - start_np:.2f} s shorter")
-    rate = n / lib["numpy"]
+    rate = n / lib_cpu["numpy"]
     print(f"goals: start-up <= score + {GOAL_STARTUP:.0f} s: "
           f"{'met' if start_np - start_score <= GOAL_STARTUP else 'NOT met'}; "
-          f">= {GOAL_RATE} kernels/s past start-up: {'met' if rate >= GOAL_RATE else 'NOT met'} "
-          f"(library {rate:.0f}/s; command {n / cli_net:.0f}/s)")
+          f">= {GOAL_RATE} kernels/s past start-up (cpu): {'met' if rate >= GOAL_RATE else 'NOT met'} "
+          f"({rate:.0f}/s cpu, {n / lib['numpy']:.0f}/s wall; command {n / cli_net:.0f}/s wall)")
 
 
 def _cpu():

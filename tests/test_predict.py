@@ -236,6 +236,52 @@ def test_bad_model_files_say_what_is_wrong_in_one_line(tmp_path, trained):
     assert "bad model file (scaling is a list, not a map)" in text
 
 
+def _packed(model, data, batch_size=512):
+    from tpuperf_cli.model.predict import predict_packed
+
+    return b"".join(b for b, _ in predict_packed(read_records(io.BytesIO(data), with_bytes=True),
+                                                 model, batch_size))
+
+
+def test_packed_stream_is_the_stream_of_predicted_records(trained):
+    """predict_packed (the command's path: fields appended to each record's
+    bytes) writes the bytes that packing predict_records' records would,
+    also for a record with pred_ns already (replaced in place) and for small
+    and very large map headers."""
+    import msgpack
+
+    model = load_model(str(trained))
+    recs = synthetic_records(n_programs=2, kernels=9, seed=21)
+    recs[3] = {**recs[3], "pred_ns": 1.0, "note": "old"}
+    small = {k: recs[5][k] for k in ("type", "node_opcode", "node_feat", "edge_index", "kernel_feat")}
+    recs[5] = small                                       # 5 fields + 2: a fixmap
+    data = stream_bytes(recs)
+    want = stream_bytes(predict_records(decode(data), model, batch_size=4))
+    assert _packed(model, data, batch_size=4) == want
+    replaced = decode(want)[3]
+    assert replaced["pred_ns"] != 1.0 and list(replaced)[-3:] == ["pred_ns", "note", "model"]
+    # a map header of 4 length bytes (msgpack writes 2 for these)
+    one = msgpack.packb(decode(data)[0], use_bin_type=True)
+    assert one[0] == 0xde
+    wide = b"\xdf" + int.from_bytes(one[1:3], "big").to_bytes(4, "big") + one[3:]
+    got = decode(_packed(model, wide))
+    assert got == decode(stream_bytes(predict_records([decode(one)[0]], model)))
+
+
+def test_packed_errors_keep_their_place(trained):
+    model = load_model(str(trained))
+    recs = synthetic_records(n_programs=1, kernels=6, seed=22)
+    recs[4] = new_record("kernel", program="p", kernel="k")
+    out = []
+    from tpuperf_cli.model.predict import predict_packed
+
+    with pytest.raises(StreamError, match="record 5"):
+        for b, k in predict_packed(read_records(io.BytesIO(stream_bytes(recs)), with_bytes=True),
+                                   model, batch_size=2):
+            out.append((b, k))
+    assert sum(k for _, k in out) == 4 and len(decode(b"".join(b for b, _ in out))) == 4
+
+
 # ---------------------------------------------------------------- the command
 
 def test_predict_command_in_a_pipe(trained):

@@ -288,3 +288,21 @@ def test_arrays_that_lie_are_refused(value, message):
     with pytest.raises(StreamError, match="bad array map") as e:
         decode_array(value, "feat")
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_read_records_with_bytes_gives_each_records_bytes():
+    """Records smaller and larger than the reader's chunks, plain and zstd:
+    each one's bytes are exactly what was written for it."""
+    import msgpack
+
+    recs = [{"i": i, "pad": bytes(i * 9001 % 150000)} for i in range(40)]
+    packed = [msgpack.packb(r, use_bin_type=True) for r in recs]
+    for compress in (False, True):
+        buf = io.BytesIO()
+        with RecordWriter(buf, compress=compress) as w:
+            for r in recs:
+                w.write(r)
+        data = buf.getvalue()
+        got = list(read_records(io.BytesIO(data), with_bytes=True))
+        assert [r for r, _ in got] == recs
+        assert [b for _, b in got] == packed

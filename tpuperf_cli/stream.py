@@ -334,8 +334,11 @@ def declared_size_exceeds(head: bytes, limit: int) -> bool:
     return False
 
 
-def read_records(source: Source = None, name: str | None = None) -> Iterator[Record]:
-    """Yield the records (dicts) of one stream.
+def read_records(source: Source = None, name: str | None = None,
+                 with_bytes: bool = False) -> Iterator[Record]:
+    """Yield the records (dicts) of one stream; with_bytes: (record, its
+    msgpack bytes) pairs, for a tool that adds fields to the bytes rather
+    than packing the record again (predict).
 
     A truncated or corrupt stream raises StreamError naming the record number
     (1-based) after every good record before it has been yielded; so does a
@@ -356,6 +359,8 @@ def read_records(source: Source = None, name: str | None = None) -> Iterator[Rec
     pending_head = bytearray()   # its first bytes, to check what its headers declare
     checked = False
     head = None     # the first bytes, to say what input that is not records looks like
+    held = bytearray()  # with_bytes: the stream from offset held_at on, fed but not yet yielded
+    held_at = 0
     try:
         while True:
             try:
@@ -373,6 +378,8 @@ def read_records(source: Source = None, name: str | None = None) -> Iterator[Rec
             except msgpack.BufferFull:
                 raise _too_big(locate(number + 1, name), limit) from None
             fed += len(chunk)
+            if with_bytes:
+                held += chunk
             if len(pending_head) < _HEAD_KEEP:
                 pending_head += chunk[:_HEAD_KEEP - len(pending_head)]
             while True:
@@ -393,12 +400,18 @@ def read_records(source: Source = None, name: str | None = None) -> Iterator[Rec
                 if end - start > limit:
                     raise _too_big(locate(number, name), limit)
                 # the next record starts inside this chunk
-                start, checked = end, False
+                record_start, start, checked = start, end, False
                 pending_head = bytearray(chunk[start - (fed - len(chunk)):][:_HEAD_KEEP])
                 if not isinstance(record, dict):
                     message = f"{locate(number, name)}: expected a msgpack map, got {type(record).__name__}"
                     raise StreamError(_not_records(name, message, head) if number == 1 else message)
-                yield record
+                if with_bytes:
+                    yield record, bytes(memoryview(held)[record_start - held_at:end - held_at])
+                else:
+                    yield record
+            if with_bytes:
+                del held[:start - held_at]
+                held_at = start
             # msgpack keeps the parts of a pending record it has parsed
             # outside its buffer, so count the pending bytes here
             if fed - start > limit:
@@ -416,10 +429,10 @@ def read_records(source: Source = None, name: str | None = None) -> Iterator[Rec
             f.close()
 
 
-def read_many(sources: Iterable[Source]) -> Iterator[Record]:
+def read_many(sources: Iterable[Source], with_bytes: bool = False) -> Iterator[Record]:
     """Records of several streams in order; no sources means stdin."""
     for source in sources or ["-"]:
-        yield from read_records(source)
+        yield from read_records(source, with_bytes=with_bytes)
 
 
 # ---------------------------------------------------------------- output
@@ -455,6 +468,11 @@ class RecordWriter:
     def write(self, record: Record) -> None:
         self._out.write(self._packer.pack(record))
         self.count += 1
+
+    def write_packed(self, data: bytes, count: int = 1) -> None:
+        """Write `count` records already packed (whole records only)."""
+        self._out.write(data)
+        self.count += count
 
     def flush(self) -> None:
         if self._zstd is not None:

@@ -98,6 +98,10 @@ def default_choice(records_target: dict | None = None) -> tuple[str, str]:
         if path:
             return path, "calibrated for the records' target"
         return default_model_path(), "the bundled model; no calibrated model for the records' target"
+    if not glob.glob(os.path.join(models_dir(), "*" + SIDECAR)):
+        # no calibrated model at all: describing this machine (and importing
+        # the measure package for it) would only cost start-up
+        return default_model_path(), "the bundled model; no calibrated model for this machine"
     try:
         here = machine_target()
     except Exception:       # pragma: no cover - an odd /proc; the bundled model still works

@@ -2,20 +2,28 @@
 the model file stores them, and both the DGL network (net) and the numpy
 inference (infer) are built from them."""
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
-from tpuperf_cli.features.opcodes import NUM_OPCODES
 from tpuperf_cli.records import CONFIG_FEATURES, KERNEL_FEATURES, NODE_FEATURES
 
 GNNS = ("sage", "gat", "none")
 REDUCTIONS = ("per-node", "column", "lstm", "transformer")
 
 
+def _num_opcodes():
+    # the features package (the HLO parser) loads only when a new network is
+    # configured, not for one read from a model file (predict's start-up)
+    from tpuperf_cli.features.opcodes import NUM_OPCODES
+
+    return NUM_OPCODES
+
+
 @dataclass
 class NetConfig:
     """Hyperparameters of the network (saved in the model file)."""
 
-    num_opcodes: int = NUM_OPCODES  # size of the opcode embedding table (ids >= this are "unknown", 0)
+    num_opcodes: int = field(default_factory=_num_opcodes)  # size of the opcode embedding
+                                # table (ids >= this are "unknown", 0)
     in_features: int = NODE_FEATURES + len(KERNEL_FEATURES) + CONFIG_FEATURES  # scaled features per
                                 # node: 140 node + 5 kernel + 24 config
     opcode_dim: int = 32        # opcode embedding width (the paper: 256)

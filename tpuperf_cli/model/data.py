@@ -29,7 +29,6 @@ from tpuperf_cli.errors import StreamError, TpuperfError
 from tpuperf_cli.model.dist import owner
 from tpuperf_cli.model.examples import Example, Scaler, example, kernel_features_error, slog, topological_order
 from tpuperf_cli.records import KERNEL, NODE_FEATURES, PROGRAM, TARGET, locate, measured_runtime, target_identity
-from tpuperf_cli.split import ProgramSet
 from tpuperf_cli.stream import read_records
 
 # ---------------------------------------------------------------- batches
@@ -161,6 +160,8 @@ class Corpus:
     def __init__(self, paths: Iterable[str], programs: Iterable[str] | None = None, task: str = "fusion",
                  memory_mb: float = 2048, configs: int = 16, interleave: int = 4, shuffle_items: int = 4096,
                  shard: tuple[int, int] = (0, 1)):
+        from tpuperf_cli.split import ProgramSet  # not at import: predict never needs it
+
         self.paths = list(paths)
         self.programs = ProgramSet(programs) if programs is not None else None
         self.task = task

@@ -3,8 +3,8 @@
 Importing torch and DGL costs `predict` seconds before its first record. The
 network itself is small (a few matrix products per layer), so here the
 weights of a model file run in numpy float32: the same arithmetic as net.Net
-in eval mode (dropout off), to float32 rounding; past start-up it costs
-about as much CPU as the DGL network (benchmarks/bench_predict.py). DGL
+in eval mode (dropout off), to float32 rounding; past start-up it costs a
+little less CPU than the DGL network (benchmarks/bench_predict.py). DGL
 stays the training library; this is the default engine of predict, eval
 and select wherever it can run the model.
 
@@ -41,8 +41,18 @@ if TYPE_CHECKING:
 
 # ---------------------------------------------------------------- the network
 
+_ZEROS = np.zeros(0, np.float32)
+
+
 def _relu(x):
-    return np.maximum(x, 0, out=x)
+    """max(x, 0) in place. Against an array of zeros, not the scalar 0:
+    numpy's maximum with a scalar takes a loop four times slower."""
+    global _ZEROS
+    if _ZEROS.size < x.size:
+        _ZEROS = np.zeros(max(x.size, 2 * _ZEROS.size), np.float32)
+    if not x.flags.c_contiguous:
+        return np.maximum(x, 0, out=x)
+    return np.maximum(x, _ZEROS[:x.size].reshape(x.shape), out=x)
 
 
 def _sigmoid(x):
@@ -102,48 +112,63 @@ class _Weights:
 
 
 class _Edges:
-    """One direction of a batch's truncated edges as a sparse (N, N) matrix
-    by destination row, for sums over each node's incoming messages."""
+    """One direction of a batch's truncated edges, grouped by destination
+    (CSR order, a node's edges in batch order), for sums over each node's
+    incoming messages."""
 
-    __slots__ = ("src", "dst", "nodes", "starts", "deg", "indptr", "n", "_mean")
+    __slots__ = ("src", "dst", "n", "deg", "nodes", "starts", "first", "multi", "steps", "multi_deg")
 
     def __init__(self, src, dst, n):
-        order = np.argsort(dst, kind="stable")
-        self.src = src[order]
-        self.dst = dst[order]
-        self.n = n
-        counts = np.bincount(self.dst, minlength=n)
-        self.indptr = np.r_[0, np.cumsum(counts)]
-        self.nodes = np.flatnonzero(counts)
-        self.starts = self.indptr[self.nodes]
-        self.deg = counts
-        self._mean = None
+        if dst.size > 1 and (dst[1:] < dst[:-1]).any():     # sorted already: no sort
+            order = np.argsort(dst, kind="stable")
+            src, dst = src[order], dst[order]
+        self.src, self.dst, self.n = src, dst, n
+        self.deg = deg = np.bincount(dst, minlength=n)
+        indptr = np.zeros(n + 1, np.int64)
+        np.cumsum(deg, out=indptr[1:])
+        self.nodes = np.flatnonzero(deg)
+        self.starts = indptr[self.nodes]
+        # each node's first message, from row n (zeros) for a node without
+        # edges; then for the nodes with more (most have one), the k-th
+        # messages of those with at least k + 1, longest lists first so that
+        # each step adds to a prefix
+        self.first = np.full(n, n, np.int64)
+        self.first[self.nodes] = src[self.starts]
+        multi = np.flatnonzero(deg > 1)
+        multi = multi[np.argsort(-deg[multi], kind="stable")]
+        self.multi = multi
+        self.multi_deg = deg[multi].astype(np.float32)[:, None]
+        self.steps = []
+        if multi.size:
+            dm = deg[multi]
+            at = indptr[multi]
+            for k in range(1, int(dm[0])):
+                active = int(np.count_nonzero(dm > k))
+                self.steps.append((active, src[at[:active] + k]))
 
-    def matrix(self, data):
-        import scipy.sparse
-
-        return scipy.sparse.csr_matrix((data, self.src, self.indptr), shape=(self.n, self.n))
-
-    def aggregate(self, m, mean, sparse):
-        """Per node, the mean (or sum) of m's rows over its incoming edges;
-        0 where none. sparse: through scipy's sparse product (faster per
-        batch; its import, 0.15 s, pays off on long streams only)."""
-        if sparse:
-            if self._mean is None:
-                w = (1.0 / np.maximum(self.deg, 1)).astype(np.float32) if mean else \
-                    np.ones(self.n, np.float32)
-                self._mean = self.matrix(np.repeat(w, self.deg))
-            return self._mean @ m
-        out = np.zeros((self.n, m.shape[1]), np.float32)
-        if self.starts.size:
-            s = np.add.reduceat(m[self.src], self.starts, axis=0)
+    def aggregate(self, msg, mean):
+        """(N, H): per node, the mean (or sum) of msg's rows over its incoming
+        edges, in edge order; 0 where none. msg has N + 1 rows, the last 0."""
+        out = msg.take(self.first, axis=0)
+        if self.multi.size:
+            acc = out.take(self.multi, axis=0)
+            for active, src in self.steps:
+                acc[:active] += msg.take(src, axis=0)
             if mean:
-                s /= self.deg[self.nodes][:, None].astype(np.float32)
-            out[self.nodes] = s
+                acc /= self.multi_deg
+            out[self.multi] = acc
         return out
 
 
-SPARSE_AFTER = 8192     # graphs predicted before switching to scipy's sparse products
+def _messages(h, lin):
+    """relu(lin(h)) with a row of zeros below (what _Edges.aggregate reads)."""
+    n = h.shape[0]
+    m = np.empty((n + 1, lin.wt.shape[1]), np.float32)
+    np.matmul(h, lin.wt, out=m[:n])
+    m[:n] += lin.b
+    _relu(m[:n])
+    m[n] = 0
+    return m
 
 
 class NumpyNet:
@@ -177,10 +202,7 @@ class NumpyNet:
                     else:
                         f2_out = f2_in
                         w.mark(p + ".f2_out")
-                    # both directions' messages in one product: h @ [W_in | W_out]
-                    both = _Linear(np.concatenate([f2_in.wt, f2_out.wt], axis=1).T,
-                                   np.concatenate([f2_in.b, f2_out.b]))
-                    layer = ("sage", both, None)
+                    layer = ("sage", f2_in, f2_out)
                 else:
                     heads = cfg.heads
                     d = h // heads
@@ -198,7 +220,10 @@ class NumpyNet:
                         a_out = a_in
                         w.mark(p + ".att_out")
                     layer = ("gat", a_in, a_out)
-                self.layers.append(layer + (w.linear(p + ".f3", 3 * h, h),))
+                f3 = w.linear(p + ".f3", 3 * h, h)
+                # f3 on [h ++ a_in ++ a_out] as three products, one per part
+                parts = tuple(np.ascontiguousarray(f3.wt[k * h:(k + 1) * h]) for k in range(3))
+                self.layers.append(layer + (f3, parts))
         kind = cfg.reduction
         if kind == "per-node":
             self.f4 = w.mlp("reduce.f4", h, h, h, cfg.dropout)
@@ -233,7 +258,6 @@ class NumpyNet:
         self.head = w.mlp("head", width + k, h, 1, cfg.dropout)
         self.skip = w.linear("skip", k, 1) if k else None
         w.check_all_used()
-        self.graphs_seen = 0
 
     def eval(self) -> NumpyNet:
         return self
@@ -251,31 +275,33 @@ class NumpyNet:
         h += np.repeat(kx @ self.f1_graph + self.f1_bias, b.n_nodes, axis=0)
         h = self.f1b(_relu(h))
         _relu(h)
-        # numpy's segment sums until the stream is long enough for scipy's
-        # sparse products to repay their import
-        sparse = self.graphs_seen >= SPARSE_AFTER
-        self.graphs_seen += len(b.n_nodes)
         if self.layers:
             g_in = _Edges(b.in_src, b.in_dst, n)
             g_out = _Edges(b.out_src, b.out_dst, n)
-            hid = cfg.hidden
-            cat = np.empty((n, 3 * hid), np.float32)          # [h ++ a_in ++ a_out], f3's input
-            for kind, p_in, p_out, f3 in self.layers:
-                cat[:, :hid] = h
+            mean = cfg.aggregate == "mean"
+            for kind, p_in, p_out, f3, (w_h, w_in, w_out) in self.layers:
                 if kind == "sage":
-                    m = _relu(p_in(h))                          # (N, 2H): messages in, out
-                    mean = cfg.aggregate == "mean"
-                    cat[:, hid:2 * hid] = g_in.aggregate(m[:, :hid], mean, sparse)
-                    cat[:, 2 * hid:] = g_out.aggregate(m[:, hid:], mean, sparse)
+                    m_in = _messages(h, p_in)
+                    m_out = _messages(h, p_out) if p_out is not p_in else m_in
+                    a_in = g_in.aggregate(m_in, mean)
+                    a_out = g_out.aggregate(m_out, mean)
                 else:
-                    cat[:, hid:2 * hid] = self._gat(g_in, h, p_in, n)
-                    cat[:, 2 * hid:] = self._gat(g_out, h, p_out, n)
-                new = _relu(f3(cat))                                    # (N, H)
-                h = h + new if cfg.residual else new
+                    a_in = self._gat(g_in, h, p_in, n)
+                    a_out = self._gat(g_out, h, p_out, n)
+                new = h @ w_h
+                part = a_in @ w_in
+                new += part
+                np.matmul(a_out, w_out, out=part)
+                new += part
+                new += f3.b
+                _relu(new)                                                # (N, H)
+                if cfg.residual:
+                    new += h
+                h = new
                 if cfg.normalize:
                     norm = np.sqrt(np.einsum("ij,ij->i", h, h))
                     h /= np.maximum(norm, 1e-12)[:, None]
-        r = self._reduce(h, b, sparse)
+        r = self._reduce(h, b)
         if self.skip is None:
             return self._head(r)
         return self._head(np.concatenate([r, kx], axis=1)) + self.skip(kx)[:, 0]
@@ -303,30 +329,15 @@ class NumpyNet:
         out += bias.reshape(1, heads, -1)
         return out.reshape(n, -1)
 
-    def _reduce(self, h, b, sparse):
+    def _reduce(self, h, b):
         kind = self.cfg.reduction
-        if kind in ("per-node", "column") and not sparse:
+        if kind in ("per-node", "column"):
             starts = np.r_[0, np.cumsum(b.n_nodes)[:-1]]
             if kind == "per-node":
                 a, c = self.f4
                 return np.add.reduceat(_relu(c(_relu(a(h)))), starts, axis=0)
             mean = np.add.reduceat(h, starts, axis=0) / b.n_nodes[:, None].astype(np.float32)
             return np.concatenate([mean, np.maximum.reduceat(h, starts, axis=0)], axis=1)
-        if kind in ("per-node", "column"):
-            import scipy.sparse
-
-            # (B, N): row i sums (per-node) or averages (column) graph i's nodes
-            n = b.n_nodes
-            indptr = np.r_[0, np.cumsum(n)]
-            w = np.ones(int(indptr[-1]), np.float32) if kind == "per-node" else \
-                np.repeat((1.0 / n).astype(np.float32), n)
-            seg = scipy.sparse.csr_matrix((w, np.arange(indptr[-1]), indptr),
-                                          shape=(len(n), int(indptr[-1])))
-            if kind == "per-node":
-                a, c = self.f4
-                return np.asarray(seg @ _relu(c(_relu(a(h)))), dtype=np.float32)
-            big = np.maximum.reduceat(h, indptr[:-1], axis=0)
-            return np.concatenate([np.asarray(seg @ h, dtype=np.float32), big], axis=1)
         x = np.zeros((len(b.n_nodes), b.seq_len, h.shape[1]), np.float32)
         x[b.seq_graph, b.seq_pos] = h[b.seq_keep]
         lengths = b.seq_lengths

@@ -27,16 +27,16 @@ if TYPE_CHECKING:
 
 _ROW_BYTES = NODE_FEATURES * 4
 _NO_CONFIG = bytes(CONFIG_FEATURES * 4)
+_NO_CONFIG_MAP = {}         # stands for a record without config_feat
 
 
-def _field(record, key, dtype):
-    """The (shape, data) of an array map of the given dtype, else None."""
-    v = record.get(key)
-    if type(v) is dict and v.get("dtype") == dtype:
-        shape, data = v.get("shape"), v.get("data")
-        if type(shape) is list and type(data) is bytes:
-            return shape, data
-    return None
+def _array(v, dtype):
+    """(shape, data) of an array map of the given dtype; an exception when
+    it is not one."""
+    shape, data = v["shape"], v["data"]
+    if v["dtype"] != dtype or type(shape) is not list or type(data) is not bytes:
+        raise TypeError
+    return shape, data
 
 
 def record_parts(record: Record, kernel_features: int) -> tuple | None:
@@ -45,29 +45,26 @@ def record_parts(record: Record, kernel_features: int) -> tuple | None:
     kernel_feat f32 ++ config_feat f32), or None when the record is not in
     featurize's exact layout (then examples.example reads and checks it).
     Node features and edges are checked per batch (check_parts)."""
-    op = _field(record, NODE_OPCODE, "<i4")
-    nf = _field(record, NODE_FEAT, "<f4")
-    ei = _field(record, EDGE_INDEX, "<i4")
-    kf = _field(record, KERNEL_FEAT, "<f4")
-    if op is None or nf is None or ei is None or kf is None:
+    try:
+        op_shape, op = _array(record[NODE_OPCODE], "<i4")
+        nf_shape, nf = _array(record[NODE_FEAT], "<f4")
+        ei_shape, ei = _array(record[EDGE_INDEX], "<i4")
+        kf_shape, kf = _array(record[KERNEL_FEAT], "<f4")
+        cf = record.get(CONFIG_FEAT, _NO_CONFIG_MAP)
+        cf_shape, cf = _array(cf, "<f4") if cf is not _NO_CONFIG_MAP else ([CONFIG_FEATURES], _NO_CONFIG)
+    except (KeyError, TypeError, IndexError, ValueError):     # not an array map (or a numpy array)
         return None
-    n = len(op[1]) >> 2
-    if n == 0 or op[0] != [n] or nf[0] != [n, NODE_FEATURES] or len(nf[1]) != n * _ROW_BYTES \
-            or kf[0] != [kernel_features] or len(kf[1]) != 4 * kernel_features:
+    n = len(op) >> 2
+    m = len(ei) >> 3
+    if n == 0 or op_shape != [n] or nf_shape != [n, NODE_FEATURES] or len(nf) != n * _ROW_BYTES \
+            or kf_shape != [kernel_features] or len(kf) != 4 * kernel_features \
+            or cf_shape != [CONFIG_FEATURES] or len(cf) != 4 * CONFIG_FEATURES:
         return None
-    m = len(ei[1]) >> 3
-    if ei[0] != [m, 2] or len(ei[1]) != 8 * m:
-        if len(ei[1]) or 0 not in ei[0]:
+    if ei_shape != [m, 2] or len(ei) != 8 * m:
+        if ei or 0 not in ei_shape:
             return None
         m = 0
-    if CONFIG_FEAT in record:
-        cf = _field(record, CONFIG_FEAT, "<f4")
-        if cf is None or len(cf[1]) != 4 * CONFIG_FEATURES or cf[0] != [CONFIG_FEATURES]:
-            return None
-        cf = cf[1]
-    else:
-        cf = _NO_CONFIG
-    return n, m, op[1], nf[1], ei[1], kf[1] + cf
+    return n, m, op, nf, ei, kf + cf
 
 
 def example_parts(ex: Example) -> tuple:

@@ -488,19 +488,92 @@ def predict_records(records: Iterable[Record], model: Model | str | None = None,
     default a line on stderr) when the records were measured on another
     target than the model's training data.
     """
-    from tpuperf_cli.model.parts import example_parts, record_parts
-
     if not isinstance(model, Model):
         model = load_model(model)
+    for records_, _, preds in _predicted(((r, None) for r in records), model, batch_size, name, warn):
+        for record, p in zip(records_, preds.tolist()):
+            record[PRED_NS] = p
+            record[MODEL] = model.name
+        yield from records_
+
+
+def predict_packed(items: Iterable[tuple[Record, bytes]], model: Model, batch_size: int = 512,
+                   name: str = "input", warn: Callable[[str], None] | None = None
+                   ) -> Iterator[tuple[bytes, int]]:
+    """predict_records for (record, its msgpack bytes) pairs, as
+    stream.read_records(with_bytes=True) yields them: yields (the msgpack
+    bytes of a batch of records with pred_ns and model added, how many
+    records). The fields are appended to each record's bytes rather than
+    the record packed again (the same bytes for a record packed as tools
+    pack them); a record that has either field already is packed again
+    with the field replaced in place."""
+    import msgpack
+
+    packer = msgpack.Packer(use_bin_type=True)
+    pred_key = packer.pack(PRED_NS) + b"\xcb"                   # then a float64, big-endian
+    model_field = packer.pack(MODEL) + packer.pack(model.name)
+    heads = {}              # a record's map header -> (its length, the header with 2 more fields)
+    for records, raws, preds in _predicted(items, model, batch_size, name, warn):
+        out = []
+        big_endian = preds.astype(">f8").tobytes()
+        for i, raw in enumerate(raws):
+            record = records[i]
+            head = heads.get(raw[:3])
+            if head is None:
+                head = _map_header(raw)
+                if head is not None and head[0] <= 3 and len(heads) < 4096:
+                    heads[raw[:3]] = head       # raw[:3] holds the whole header
+            if head is None or PRED_NS in record or MODEL in record:
+                record[PRED_NS] = float(preds[i])
+                record[MODEL] = model.name
+                out.append(packer.pack(record))
+                continue
+            out.append(head[1])
+            out.append(memoryview(raw)[head[0]:])
+            out.append(pred_key + big_endian[8 * i:8 * i + 8] + model_field)
+        yield b"".join(out), len(records)
+
+
+def _map_start(size: int) -> bytes:
+    """The header of a msgpack map of `size` fields, as msgpack packs it."""
+    if size < 16:
+        return bytes((0x80 | size,))
+    if size < 65536:
+        return b"\xde" + size.to_bytes(2, "big")
+    return b"\xdf" + size.to_bytes(4, "big")
+
+
+def _map_header(raw: bytes) -> tuple[int, bytes] | None:
+    """(the header's length, the header of the same map with two more
+    fields) for a msgpack map's bytes; None for anything else."""
+    if not raw:
+        return None
+    b = raw[0]
+    if 0x80 <= b <= 0x8f:
+        return 1, _map_start((b & 0x0f) + 2)
+    if b == 0xde:
+        return 3, _map_start(int.from_bytes(raw[1:3], "big") + 2)
+    if b == 0xdf:
+        return 5, _map_start(int.from_bytes(raw[1:5], "big") + 2)
+    return None
+
+
+def _predicted(items, model, batch_size, name, warn):
+    """(records, their bytes, predicted ns) a batch at a time for (record,
+    bytes or None) items, in order; after the records before one that cannot
+    be read, raises its StreamError."""
+    from tpuperf_cli.model.parts import example_parts, record_parts
+
     warn = warn or (lambda msg: print(msg, file=sys.stderr))
     warned = False
     checked = None              # the last target compared (records of a stream share one)
     kf = model.scaler.kernel_features
-    pending, parts, numbers = [], [], []
+    pending, raws, parts, numbers = [], [], [], []
     error = None
 
     def flush():
-        """(records predicted, StreamError or None)."""
+        """(predicted ns, StreamError or None) of the pending records; the
+        predictions stop before a record that cannot be read."""
         preds, bad = model.predict_parts(parts)
         problem = None
         if bad is not None:
@@ -510,16 +583,9 @@ def predict_records(records: Iterable[Record], model: Model | str | None = None,
                 problem = StreamError(f"{locate(number, name, record)}: cannot read the graph")
             except StreamError as e:
                 problem = e
-        out = pending[:len(preds)]
-        for record, p in zip(out, preds):
-            record[PRED_NS] = float(p)
-            record[MODEL] = model.name
-        pending.clear()
-        parts.clear()
-        numbers.clear()
-        return out, problem
+        return preds, problem
 
-    for number, record in enumerate(records, 1):
+    for number, (record, raw) in enumerate(items, 1):
         part = record_parts(record, kf) if type(record) is dict else None
         if part is None:
             try:
@@ -533,24 +599,28 @@ def predict_records(records: Iterable[Record], model: Model | str | None = None,
                 break
             part = example_parts(ex)
         target = record.get(TARGET)
-        if not warned and target is not None and target != checked \
-                and _target_differs(model.target, target):
-            warned = True
-            mt, rt = model.target, target
-            warn(f"predict: warning: records were measured on {_target_text(rt)} but model "
-                 f"{model.name} was trained on {_target_text(mt)}; its predictions are for that target")
-        checked = target
+        if target is not None and not warned and target != checked:
+            if _target_differs(model.target, target):
+                warned = True
+                mt, rt = model.target, target
+                warn(f"predict: warning: records were measured on {_target_text(rt)} but model "
+                     f"{model.name} was trained on {_target_text(mt)}; its predictions are for that target")
+            checked = target
         pending.append(record)
+        raws.append(raw)
         parts.append(part)
         numbers.append(number)
         if len(pending) >= batch_size:
-            out, error = flush()
-            yield from out
+            preds, error = flush()
+            k = len(preds)
+            yield pending[:k], raws[:k], preds
+            pending, raws, parts, numbers = [], [], [], []
             if error is not None:
                 break
     if pending:
-        out, problem = flush()
-        yield from out
+        preds, problem = flush()
+        k = len(preds)
+        yield pending[:k], raws[:k], preds
         error = problem or error
     if error is not None:
         raise error
