@@ -72,7 +72,7 @@ _RE_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|/\*.*?\*/|//[^\n]*', re.S)
 # it cannot use whole.
 _NAME_P = r"[A-Za-z_][\w.\-]*+"       # NAME, possessive
 _RE_ROWS = re.compile(
-    r"^(?:[ \t]*+(ROOT[ \t]+)?%?(" + _NAME_P + r")[ \t]*=[ \t]*"
+    r"^(?:[ \t]*+(?!HloModule)(ROOT[ \t]+)?%?(" + _NAME_P + r")[ \t]*=[ \t]*"
     r"([a-z][a-z0-9]*\[[^\]\n]*\](?:\{[^}\n]*\})?|\([^()\n]*\))[ \t]+([a-z][a-z0-9\-]*+)"
     r"\((?:((?:%" + _NAME_P + r"(?:, %" + _NAME_P + r")*+)?)|([^()\"\n]*+))\)(.*))?.*$", re.M | re.A)
 
@@ -121,6 +121,10 @@ def _called(attrs, s, attrs_at):
             called.append(m.group(1))
     return called
 
+
+# How a row's parentheses read, by opcode: 0 operands, 1 a parameter
+# number, 2 a literal.
+_ROW_KIND = dict.fromkeys(OPCODES, 0) | {"parameter": 1, "constant": 2}
 
 # Computation signatures already checked (they recur across kernels).
 _good_signatures = set()
@@ -176,6 +180,8 @@ class _Parser:
             line = lines[i]
             lineno = i + 1
             i += 1
+            if not line:
+                continue
             if "/*" in line or "//" in line:
                 line, extra = self._strip_comments(line, i)
                 i += extra
@@ -473,24 +479,25 @@ class _Parser:
         the line, and says what is wrong with it)."""
         root, name, text, opcode, ops, other, rest = row
         shape = shape_cache.get(text)
-        if shape is None or opcode not in OPCODES or name.startswith("HloModule"):
+        kind = _ROW_KIND.get(opcode)
+        if shape is None or kind is None:
             return None
         number = literal = None
-        if opcode == "parameter":
+        if kind == 0:
+            if other:
+                return None
+            operands = ops[1:].split(", %") if ops else []
+        elif kind == 1:
             try:
                 number = int(ops or other)
             except ValueError:
                 return None
             operands = []
-        elif opcode == "constant":
+        else:
             literal = (ops or other).strip()
             if literal.count("{") != literal.count("}"):
                 return None
             operands = []
-        elif other:
-            return None
-        else:
-            operands = ops[1:].split(", %") if ops else []
         if not rest:
             return Instruction(name, opcode, shape, operands, {}, bool(root), lineno, number,
                                literal, [])
