@@ -17,6 +17,10 @@ Names may be printed with or without their leading `%`. Comments (`/* */`,
 
 The design is line-oriented and regex-driven, for speed: XLA prints one
 instruction per line (an instruction that spans lines is joined first).
+The usual lines are read in one regex pass over the whole module (rows),
+each distinct attribute text parsed once; a line the rows cannot read
+whole (comments, odd spacing, a literal with parentheses, an error) goes
+the careful way, which builds the same IR and says what is wrong.
 Attribute values stay raw strings (`attrs["window"] == "{size=3x3}"`);
 tpuperf_cli.hlo.attrs decodes the ones a tool needs. Shapes are parsed once
 per distinct text and shared.
