@@ -19,7 +19,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tpuperf_cli.hlo import parser, syntax  # noqa: E402
+from tpuperf_cli.hlo import parser  # noqa: E402
 from tpuperf_cli.hlo.split import find_kernels, fingerprint, kernel_module  # noqa: E402
 
 
@@ -33,12 +33,12 @@ def best(fn, repeat):
 
 
 def ours(text):
-    syntax.shape_cache.clear()          # as in a fresh process
+    parser.clear_caches()               # as in a fresh process
     return parser.parse_module(text)
 
 
 def split_all(text):
-    syntax.shape_cache.clear()
+    parser.clear_caches()
     m = parser.parse_module(text)
     for k in find_kernels(m):
         kernel_module(m, k)

@@ -37,7 +37,6 @@ TILE_SAMPLE = next((p for p in (os.path.join(ROOT, *[".."] * k, "shared", "data"
 GOAL = 0.5
 
 from tpuperf_cli.hlo import parser as P  # noqa: E402
-from tpuperf_cli.hlo import syntax  # noqa: E402
 from tpuperf_cli.hlo.split import kernel_records  # noqa: E402
 from tpuperf_cli.stream import RecordWriter  # noqa: E402
 
@@ -91,7 +90,7 @@ def scaled(texts, copies):
 def split(text):
     """hlo-split's work, as in a fresh process (empty shape caches; the
     command runs with the garbage collector off)."""
-    syntax.shape_cache.clear()
+    P.clear_caches()
     out = RecordWriter(io.BytesIO())
     n = 0
     for r in kernel_records(P.parse_module(text), program="bench"):

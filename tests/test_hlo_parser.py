@@ -408,3 +408,58 @@ def test_trip_count_in_a_quoted_backend_config():
     assert attrs.known_trip_count(quoted) == 12
     assert attrs.known_trip_count({"backend_config": '""'}) is None
     assert attrs.known_trip_count({"backend_config": '"opaque bytes"'}) is None
+
+
+def _ir(module):
+    """Everything the parser puts in an ir.Module, as plain values."""
+    out = [module.name, module.attrs, module.sections, module.entry.name]
+    for c in module.computations.values():
+        out.append((c.name, c.is_entry, c.line, c.signature, c.attrs))
+        out += [(i.name, i.opcode, i.shape, i.shape.text, i.operands, i.attrs, i.is_root,
+                 i.line, i.parameter_number, i.literal, i.called) for i in c.instructions]
+    return out
+
+
+_ROW_CASES = [
+    "HloModule m\n\nENTRY %e (p: f32[4]) -> f32[4] {\n  %p = f32[4]{0} parameter(0)\n"
+    "  %c = f32[] constant(2)\n  %b = f32[4]{0} broadcast(%c), dimensions={}\n"
+    "  ROOT %m = f32[4]{0} multiply(%p, %b), metadata={op_name=\"a//b\"}\n}\n",
+    # tuple shapes, a comment inside one, operands with shapes, names without %
+    "HloModule m\nENTRY e {\n  p = (f32[2], /*index=1*/s32[]) parameter(0)\n"
+    "  a = f32[2]{0} get-tuple-element((f32[2], s32[]) p), index=0\n"
+    "  ROOT t = (f32[2]{0}, f32[2]{0}) tuple(f32[2]{0} a, a) // done\n}\n",
+    # a reducer called twice, an attribute spanning two lines, a literal
+    "HloModule m\n%add (x: f32[], y: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n"
+    "  %y = f32[] parameter(1)\n  ROOT %s = f32[] add(%x, %y)\n}\n\n"
+    "ENTRY %e (p: f32[2,3]) -> f32[2] {\n  %p = f32[2,3]{1,0} parameter(0)\n"
+    "  %z = f32[] constant(0)\n  %r = f32[2]{0} reduce(%p, %z), dimensions={1}, to_apply=%add\n"
+    "  %k = f32[2]{0} constant({1, 2})\n  ROOT %o = f32[2]{0} reduce(%p, %z), dimensions={1}, "
+    "to_apply=%add, metadata={op_name=\"o\"\n    source_line=3}\n}\n",
+]
+
+
+@pytest.mark.parametrize("text", _ROW_CASES + [p for p in EXAMPLES[:3]])
+def test_rows_read_as_the_careful_way_does(text, monkeypatch):
+    """The parser reads instructions printed the usual way from one regex
+    pass (rows); the IR must be what the line-by-line way builds."""
+    from tpuperf_cli.hlo import parser
+
+    if text.endswith(".hlo"):
+        text = pathlib.Path(text).read_text()
+    parser.clear_caches()
+    fast = _ir(parse_module(text, "t"))
+    parser.clear_caches()
+    monkeypatch.setattr(parser._Parser, "_row_instruction", lambda self, row, lineno: None)
+    assert _ir(parse_module(text, "t")) == fast
+
+
+def test_rows_leave_bad_lines_to_the_careful_way():
+    """An instruction line the rows cannot read whole still gets the
+    careful way's error, with its line and column."""
+    text = ("HloModule m\nENTRY %e {\n  %p = f32[4]{0} parameter(0)\n"
+            "  ROOT %n = f32[4]{0} negate(%p), metadata={op_name=\"x\"\n}\n")
+    with pytest.raises(ParseError, match=r"t:4:\d+: expected '\}'"):
+        parse_module(text, "t")
+    text = "HloModule m\nENTRY %e {\n  %p = f32[4]{0} parameter(0)\n  ROOT %n = f32[4]{0} negate(%q)\n}\n"
+    with pytest.raises(ParseError, match="t:4:1: instruction 'n' uses 'q', which is not defined"):
+        parse_module(text, "t")

@@ -73,14 +73,22 @@ def _size(n: int) -> str:
 
 # ---------------------------------------------------------------- arrays
 
+_DTYPE_STR = {}      # little-endian or native dtype -> its str ('<f4'): dtype.str is slow
+
+
 def encode_array(array: np.ndarray) -> dict:
     """A numpy array as a plain msgpack map."""
     import numpy as np
 
     a = np.ascontiguousarray(array)
-    dtype = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
-    a = a.astype(dtype, copy=False)
-    return {"dtype": dtype.str, "shape": list(a.shape), "data": a.tobytes()}
+    name = _DTYPE_STR.get(a.dtype)
+    if name is None:
+        if a.dtype.byteorder == ">":
+            a = a.astype(a.dtype.newbyteorder("<"))
+        else:
+            _DTYPE_STR[a.dtype] = a.dtype.str
+        name = a.dtype.str
+    return {"dtype": name, "shape": list(a.shape), "data": a.tobytes()}
 
 
 def is_array(value: Any) -> bool:
@@ -131,12 +139,13 @@ def _short(value: Any) -> str:
 
 def _default(obj):
     # numpy arrays and scalars are the only non-msgpack values tools write
-    import numpy as np
-
-    if isinstance(obj, np.ndarray):
-        return encode_array(obj)
-    if isinstance(obj, np.generic):
-        return obj.item()
+    # (without numpy loaded there are none; an import per call is slow)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        if isinstance(obj, np.ndarray):
+            return encode_array(obj)
+        if isinstance(obj, np.generic):
+            return obj.item()
     raise TypeError(f"cannot write {type(obj).__name__} to a record stream")
 
 

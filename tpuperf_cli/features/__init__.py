@@ -192,7 +192,7 @@ def featurize_kernel(record: Record) -> dict[str, np.ndarray]:
     from tpuperf_cli.hlo.parser import parse_module
 
     hlo = record.get(HLO)
-    if not isinstance(hlo, str) or not hlo.strip():
+    if not isinstance(hlo, str) or not hlo or hlo.isspace():
         raise FeaturizeError("field 'hlo' is missing or not HLO text")
     config = record.get(CONFIG)
     hit = _graph_cache.get(hlo)

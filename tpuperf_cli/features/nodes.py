@@ -316,6 +316,7 @@ def feature_name(index: int) -> str:
 # and parameter number they determine a node's row.
 _ROW_ATTRS = ("dimensions", "iota_dimension", "window", "dim_labels", "feature_group_count",
               "batch_group_count", "slice", "dynamic_slice_sizes", "padding", "is_stable")
+_ROW_ATTR_SET = frozenset(_ROW_ATTRS)
 _row_cache = {}
 
 
@@ -325,8 +326,10 @@ def node_row_bytes(ins: Instruction, is_root: bool) -> bytes:
     a = ins.attrs
     text = ins.shape.text
     if a:
-        key = (ins.opcode, text, is_root, ins.parameter_number,
-               *[a.get(k) for k in _ROW_ATTRS])
+        if _ROW_ATTR_SET.isdisjoint(a):     # the common case: metadata, kind, calls
+            key = (ins.opcode, text, is_root, ins.parameter_number, True)
+        else:
+            key = (ins.opcode, text, is_root, ins.parameter_number, *map(a.get, _ROW_ATTRS))
     else:
         key = (ins.opcode, text, is_root, ins.parameter_number)
     hit = _row_cache.get(key) if text is not None else None

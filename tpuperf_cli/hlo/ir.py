@@ -96,20 +96,31 @@ class Shape:
     def rank(self) -> int:
         return len(self.dims)
 
+    # Shapes are read-only once made (the parser shares them), so the sizes
+    # the cost analysis asks for again and again are kept on the object.
+
     def num_elements(self) -> int:
-        n = 1
-        for d in self.dims:
-            n *= d
+        n = self.__dict__.get("_elements")
+        if n is None:
+            n = 1
+            for d in self.dims:
+                n *= d
+            self.__dict__["_elements"] = n
         return n
 
     def byte_size(self) -> int:
         """Bytes of the array, or the sum over a tuple's leaves (as XLA's
         cost analysis counts them, without pointer tables)."""
-        if self.is_tuple:
-            return sum(s.byte_size() for s in self.tuple_shapes)
-        if not self.is_array:
-            return 0
-        return self.num_elements() * ELEMENT_BYTES.get(self.element_type, 4)
+        n = self.__dict__.get("_bytes")
+        if n is None:
+            if self.is_tuple:
+                n = sum(s.byte_size() for s in self.tuple_shapes)
+            elif not self.is_array:
+                n = 0
+            else:
+                n = self.num_elements() * ELEMENT_BYTES.get(self.element_type, 4)
+            self.__dict__["_bytes"] = n
+        return n
 
     def leaves(self) -> Iterator[Shape]:
         """The array shapes inside, depth first (the shape itself if an array)."""

@@ -17,6 +17,10 @@ Names may be printed with or without their leading `%`. Comments (`/* */`,
 
 The design is line-oriented and regex-driven, for speed: XLA prints one
 instruction per line (an instruction that spans lines is joined first).
+The usual lines are read in one regex pass over the whole module (rows),
+each distinct attribute text parsed once; a line the rows cannot read
+whole (comments, odd spacing, a literal with parentheses, an error) goes
+the careful way, which builds the same IR and says what is wrong.
 Attribute values stay raw strings (`attrs["window"] == "{size=3x3}"`);
 tpuperf_cli.hlo.attrs decodes the ones a tool needs. Shapes are parsed once
 per distinct text and shared.
@@ -64,6 +68,70 @@ _RE_HEADER = re.compile(r"[ \t]*HloModule[ \t]+%?([^\s,]+)[ \t]*(?:,[ \t]*(.*))?
 _RE_CALLEE = re.compile(r"%?(" + NAME + r")")
 _RE_CALLEE_FULL = re.compile(r"%?(" + NAME + r")\Z")
 _RE_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|/\*.*?\*/|//[^\n]*', re.S)
+# Every line of a module in one C-level pass (findall, one row per line): an
+# instruction as XLA prints it -- [ROOT] %name = shape opcode(%a, %b)<rest> --
+# in groups (operands as %names in group 5, any other text such as a
+# parameter number or a literal in group 6), or else nothing. The parser
+# builds instructions from these rows and takes the careful way for a row
+# it cannot use whole.
+_NAME_P = r"[A-Za-z_][\w.\-]*+"       # NAME, possessive
+_RE_ROWS = re.compile(
+    r"^(?:[ \t]*+(?!HloModule)(ROOT[ \t]+)?%?(" + _NAME_P + r")[ \t]*=[ \t]*"
+    r"([a-z][a-z0-9]*\[[^\]\n]*\](?:\{[^}\n]*\})?|\([^()\n]*\))[ \t]+([a-z][a-z0-9\-]*+)"
+    r"\((?:((?:%" + _NAME_P + r"(?:, %" + _NAME_P + r")*+)?)|([^()\"\n]*+))\)(.*))?.*$", re.M | re.A)
+
+
+# Attribute text after an instruction's ')' -> (attrs, called): the same
+# metadata and reducers recur line after line, kernel after kernel.
+_attr_cache = {}
+_ATTR_CACHE_SIZE = 50000
+
+
+def clear_caches() -> None:
+    """Forget the shapes and attribute texts parsed so far (as in a fresh
+    process; for benchmarks)."""
+    shape_cache.clear()
+    _attr_cache.clear()
+    _good_signatures.clear()
+
+
+def _called(attrs, s, attrs_at):
+    """The computations an instruction's attributes name, in XLA's order
+    (body before condition), or None; s[attrs_at:] is the attribute text,
+    for the position in an error."""
+    if _CALL_SET.isdisjoint(attrs):
+        return None
+    called = None
+    keys = [k for k in attrs if k in _CALL_SET]
+    if len(keys) > 1:
+        keys.sort(key=CALL_ATTRS.index)      # XLA's order: body before condition
+    for key in keys:
+        v = attrs[key]
+        if called is None:
+            called = []
+        if key in _LIST_CALL_ATTRS:
+            if v[:1] != "{" or v[-1:] != "}":
+                raise ValueError((value_pos(s, attrs_at, key), f"expected '{{' (a list of "
+                                  f"computation names) after '{key}=', found {v[:20]!r}"))
+            names = [x.strip() for x in v[1:-1].split(",")]
+            if names == [""]:
+                continue
+        else:
+            names = [v]
+        for x in names:
+            m = _RE_CALLEE_FULL.match(x)
+            if m is None:
+                raise ValueError((value_pos(s, attrs_at, key), bad_callee(key, x)))
+            called.append(m.group(1))
+    return called
+
+
+# How a row's parentheses read, by opcode: 0 operands, 1 a parameter
+# number, 2 a literal.
+_ROW_KIND = dict.fromkeys(OPCODES, 0) | {"parameter": 1, "constant": 2}
+
+# Computation signatures already checked (they recur across kernels).
+_good_signatures = set()
 
 
 # ---------------------------------------------------------------- module
@@ -71,6 +139,7 @@ _RE_COMMENT = re.compile(r'"(?:[^"\\\n]|\\.)*"|/\*.*?\*/|//[^\n]*', re.S)
 class _Parser:
     def __init__(self, text, filename):
         self.filename = filename
+        self.text = text
         self.lines = text.split("\n")
         self.i = 0
 
@@ -89,11 +158,34 @@ class _Parser:
         closed = None            # (name, line) of the last computation closed
         section = None
         seen_content = False
+        rows = None
+        if "\r" not in self.text:
+            rows = _RE_ROWS.findall(self.text)
+            if len(rows) != n:
+                rows = None
+        comments = "/*" in self.text or "//" in self.text
+        row_instruction = self._row_instruction
         i = 0
         while i < n:
+            if current is not None and rows is not None:
+                # the instructions of a computation, as long as their rows serve
+                append = current[1].append
+                while i < n:
+                    row = rows[i]
+                    if not row[1] or (comments and ("/*" in lines[i] or "//" in lines[i])):
+                        break
+                    instr = row_instruction(row, i + 1)
+                    if instr is None:
+                        break
+                    append(instr)
+                    i += 1
+                else:
+                    break
             line = lines[i]
             lineno = i + 1
             i += 1
+            if not line:
+                continue
             if "/*" in line or "//" in line:
                 line, extra = self._strip_comments(line, i)
                 i += extra
@@ -182,8 +274,13 @@ class _Parser:
     def _signature(self, sig, lineno, at):
         """Check a computation's `(name: shape, ...) -> shape` the way XLA's
         parser reads it; at is where sig starts on its line."""
+        if sig in _good_signatures:
+            return
         try:
             check_signature(sig)
+            if len(_good_signatures) >= _ATTR_CACHE_SIZE:
+                _good_signatures.clear()
+            _good_signatures.add(sig)
         except Unterminated as e:
             closer = '"' if e.opener == '"' else CLOSE[e.opener]
             self.error(lineno, at + e.pos + 1, f"expected '{closer}' to close '{e.opener}'")
@@ -375,31 +472,54 @@ class _Parser:
                 attrs_at = rest + 1
             attrs = self._attr_dict(s, attrs_at, lineno)
             instr.attrs = attrs
-            called = None
-            keys = [k for k in attrs if k in _CALL_SET] if not _CALL_SET.isdisjoint(attrs) else ()
-            if len(keys) > 1:
-                keys.sort(key=CALL_ATTRS.index)      # XLA's order: body before condition
-            for key in keys:
-                v = attrs[key]
-                if called is None:
-                    called = []
-                if key in _LIST_CALL_ATTRS:
-                    if v[:1] != "{" or v[-1:] != "}":
-                        raise ValueError((value_pos(s, attrs_at, key), f"expected '{{' (a list of "
-                                          f"computation names) after '{key}=', found {v[:20]!r}"))
-                    names = [x.strip() for x in v[1:-1].split(",")]
-                    if names == [""]:
-                        continue
-                else:
-                    names = [v]
-                for x in names:
-                    m = _RE_CALLEE_FULL.match(x)
-                    if m is None:
-                        raise ValueError((value_pos(s, attrs_at, key), bad_callee(key, x)))
-                    called.append(m.group(1))
+            called = _called(attrs, s, attrs_at)
             if called:
                 instr.called = called
         return instr
+
+    def _row_instruction(self, row, lineno):
+        """The Instruction of a row of _RE_ROWS, or None where the row is
+        not one the careful way would read the same (that way then reads
+        the line, and says what is wrong with it)."""
+        root, name, text, opcode, ops, other, rest = row
+        shape = shape_cache.get(text)
+        kind = _ROW_KIND.get(opcode)
+        if shape is None or kind is None:
+            return None
+        number = literal = None
+        if kind == 0:
+            if other:
+                return None
+            operands = ops[1:].split(", %") if ops else []
+        elif kind == 1:
+            try:
+                number = int(ops or other)
+            except ValueError:
+                return None
+            operands = []
+        else:
+            literal = (ops or other).strip()
+            if literal.count("{") != literal.count("}"):
+                return None
+            operands = []
+        if not rest:
+            return Instruction(name, opcode, shape, operands, {}, bool(root), lineno, number,
+                               literal, [])
+        hit = _attr_cache.get(rest)
+        if hit is None:
+            if rest[0] != ",":
+                return None
+            try:
+                attrs = self._attr_dict(rest, 1, lineno)
+                called = _called(attrs, rest, 1)
+            except (ValueError, Unterminated):
+                return None
+            if len(_attr_cache) >= _ATTR_CACHE_SIZE:
+                _attr_cache.clear()
+            hit = _attr_cache[rest] = (attrs, called)
+        attrs, called = hit
+        return Instruction(name, opcode, shape, operands, attrs.copy(), bool(root), lineno,
+                           number, literal, called[:] if called else [])
 
     def _attr_dict(self, s, start, lineno):
         # fast path: one regex match per attribute
@@ -458,13 +578,17 @@ class _Parser:
             self.error(lineno, 1, f"computation '{name}' has no instructions")
         by_name = comp.by_name
         roots = 0
+        used = set()
         for ins in instrs:
             if ins.is_root:
                 roots += 1
-            for op in ins.operands:
-                if op not in by_name:
-                    self.error(ins.line, 1, f"instruction '{ins.name}' uses '{op}', which is not "
-                                            f"defined in computation '{name}'")
+            used.update(ins.operands)
+        if not by_name.keys() >= used:
+            for ins in instrs:
+                for op in ins.operands:
+                    if op not in by_name:
+                        self.error(ins.line, 1, f"instruction '{ins.name}' uses '{op}', which is "
+                                                f"not defined in computation '{name}'")
         if roots > 1:
             self.error(lineno, 1, f"computation '{name}' has more than one ROOT")
         return comp
@@ -495,7 +619,7 @@ def parse_module(text: str, filename: str = "<string>") -> Module:
         >>> m.entry.root.opcode
         'tuple'
     """
-    if not text.strip():
+    if not text or text.isspace():
         raise ParseError(f"{filename}:1:1: empty input: expected an HLO module")
     return _Parser(text, filename).parse()
 
