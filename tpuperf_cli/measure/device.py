@@ -500,12 +500,23 @@ class Measurer:
         one by one, so that each failure is its own."""
         from tpuperf_cli.hlo.compilable import bundle_module
 
-        multi = [b for b in bundles if len(b) > 1]
-        compiled = self._compile_all([bundle_module([lk for _, _, lk in b]) for b in multi])
-        compiled = {id(b): c for b, c in zip(multi, compiled)}
+        modules = []
         for bundle in bundles:
-            done = compiled.get(id(bundle))
-            if done is not None and not isinstance(done, MeasureError):
+            if len(bundle) > 1:
+                modules.append(bundle_module([lk for _, _, lk in bundle]))
+            else:  # a kernel alone, as _one_by_one compiles it
+                try:
+                    modules.append(self._alone(bundle[0][1]))
+                except MeasureError as e:
+                    modules.append(e)
+        texts = [m for m in modules if isinstance(m, str)]
+        compiled = iter(self._compile_all(texts))
+        for bundle, module in zip(bundles, modules):
+            done = module if isinstance(module, MeasureError) else next(compiled)
+            if len(bundle) == 1:
+                yield self._ready_alone(bundle[0][0], done)
+                continue
+            if not isinstance(done, MeasureError):
                 exe, params = done
                 kernels, at = [], 0
                 for _, _, lk in bundle:
@@ -518,25 +529,31 @@ class Measurer:
                     pass
             yield self._one_by_one(bundle)
 
+    def _alone(self, text):
+        """The module that times one kernel alone."""
+        return "\n".join(["HloModule timing", ""] + self.looped(text).lines)
+
+    def _ready_alone(self, i, done):
+        """[(i, _Timed or MeasureError)] for a kernel compiled alone."""
+        if isinstance(done, MeasureError):
+            return [(i, done)]
+        exe, params = done
+        try:
+            return [(i, self._ready(exe, [(0, params[:-1])])[0])]
+        except MeasureError as e:
+            return [(i, e)]
+        except Exception as e:  # anything else is this kernel's problem too
+            return [(i, MeasureError("run", error_text(e)))]
+
     def _one_by_one(self, bundle):
         out, modules = [], []
         for i, text, _ in bundle:
             try:
-                looped = self.looped(text)
-                modules.append((i, "\n".join(["HloModule timing", ""] + looped.lines)))
+                modules.append((i, self._alone(text)))
             except MeasureError as e:
                 out.append((i, e))
         for (i, _), done in zip(modules, self._compile_all([m for _, m in modules])):
-            if isinstance(done, MeasureError):
-                out.append((i, done))
-                continue
-            exe, params = done
-            try:
-                out.append((i, self._ready(exe, [(0, params[:-1])])[0]))
-            except MeasureError as e:
-                out.append((i, e))
-            except Exception as e:  # anything else is this kernel's problem too
-                out.append((i, MeasureError("run", error_text(e))))
+            out += self._ready_alone(i, done)
         return sorted(out, key=lambda pair: pair[0])
 
     def _bundles(self, texts, results):

@@ -43,6 +43,7 @@ class IsolatedMeasurer:
         self.timeout = timeout
         self._proc = None
         self._closed = False
+        self._busy = False  # a batch is with the child
         self._start()
 
     def _start(self):
@@ -105,6 +106,7 @@ class IsolatedMeasurer:
             raise MeasureError("crash", "measurer closed")
         if self._proc is None or self._proc.poll() is not None:
             self._start()
+        self._busy = True
         try:
             self._proc.stdin.write(msgpack.packb({"hlo": list(texts)}, use_bin_type=True))
             self._proc.stdin.flush()
@@ -112,6 +114,8 @@ class IsolatedMeasurer:
             reply = None
         else:
             reply = self._receive(self.timeout * len(texts))
+        finally:
+            self._busy = False
         if reply == "timeout":
             self._kill()
             return MeasureError("timeout", f"no result after {self.timeout:g}s; worker killed")
@@ -157,10 +161,20 @@ class IsolatedMeasurer:
                     pass
 
     def close(self) -> None:
-        """Stop the child at once (it holds nothing worth waiting for: every
-        result is already with the parent). Safe from another thread than
-        the one measuring: that one then gets a crash, and starts no child."""
+        """Stop the child (it holds nothing worth waiting for: every result
+        is already with the parent). An idle child is told to finish and
+        given a few seconds, so that it reaps its compile processes (their
+        CPU time then counts as this process's children's); a busy one is
+        killed at once. Safe from another thread than the one measuring:
+        that one then gets a crash, and starts no child."""
         self._closed = True
+        proc = self._proc
+        if proc is not None and not self._busy and proc.poll() is None:
+            try:
+                proc.stdin.close()
+                proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
         self._kill()
         try:
             self._errlog.close()
