@@ -186,7 +186,7 @@ def test_ctrl_c_keeps_the_kernels_timed_and_the_next_run_adapts_with_them(tmp_pa
                                        "--cache-dir", str(cache), "--max-kernels", str(rows)],
                            env=env, capture_output=True, timeout=120)
     assert again.returncode == 0, again.stderr.decode()
-    assert b"adapting at once" in again.stderr
+    assert b"adapting at once" in again.stderr, again.stderr.decode()
 
 
 def test_predict_bad_input_is_one_line_before_any_model_note(tmp_path):

@@ -633,7 +633,12 @@ def calibrate(opts: Options, log) -> dict:
     target = measurer.target
     measured = []
     try:
-        cached, cached_failed = from_cache(ordered, session)
+        # every candidate the cache holds counts, not only those of this
+        # run's pools: an earlier run (another --max-kernels, another base
+        # model's doubts) may have drawn others
+        picked = {id(c) for c in ordered}
+        cached, cached_failed = from_cache(ordered + [c for c in candidates if id(c) not in picked],
+                                           session)
         if opts.max_kernels is not None:
             cached = cached[:opts.max_kernels]
         measured.extend(cached)
