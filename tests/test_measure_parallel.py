@@ -91,7 +91,12 @@ def test_processes_sharing_a_cache_lose_nothing(tmp_path, processes):
         assert p.returncode == 0, err.decode()
         got = records_of(out)
         assert [r["kernel"] for r in got] == [f"mm{n}" for n in sizes]
-        assert all(r.get("runtime_ns", 0) > 0 for r in got), [r.get("error") for r in got]
+        # four to eight workers on 2 CPUs: a tiny matmul now and then does
+        # not rise above a call's jittery fixed cost (error "untimed"), which
+        # is a result too, and cached like one
+        assert all(r.get("runtime_ns", 0) > 0 or str(r.get("error")).startswith("untimed:")
+                   for r in got), [r.get("error") for r in got]
+        assert sum(r.get("runtime_ns", 0) > 0 for r in got) >= len(got) // 2
     distinct = {n for sizes in sets for n in sizes}
     with sqlite3.connect(tmp_path / "xdg" / "tpuperf" / "measurements.sqlite3") as db:
         assert db.execute("SELECT COUNT(*) FROM measurement").fetchone()[0] == len(distinct)
