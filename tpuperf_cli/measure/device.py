@@ -393,8 +393,7 @@ class Measurer:
         """Parse, wrap in the timing loop and compile one kernel module;
         returns (executable, parameter shapes), the last parameter being
         the trip count."""
-        looped = self.looped(text)
-        return self.compile_module("\n".join(["HloModule timing", ""] + looped.lines))
+        return self.compile_module(self._alone(text))
 
     def compile_module(self, looped: str) -> tuple[Any, list]:
         """Compile a module of looped kernels (one, or a bundle); returns
