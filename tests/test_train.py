@@ -155,6 +155,28 @@ def test_epochs_draw_evenly_across_programs(tmp_path, memory_mb):
     assert counts == {"synth0": 60, "small": 6}
 
 
+def test_generated_share_bounds_the_pseudo_programs(tmp_path):
+    # two real programs and six generated pseudo-programs of 10 kernels
+    rs = synthetic_records(n_programs=8, kernels=10, seed=7)
+    for r in rs:
+        n = int(r["program"][5:])
+        if n >= 2:
+            r["program"] = f"ops:op{n}"
+    c = Corpus(write_shards(tmp_path, rs)).scan()
+    rng = np.random.default_rng(0)
+    counts = Counter()
+    for _ in range(50):
+        counts.update(ex.program for ex in c.epoch(rng, generated_share=0.2))
+    real = counts["synth0"] + counts["synth1"]
+    generated = sum(v for k, v in counts.items() if k.startswith("ops:"))
+    # 20 real kernels a draw each, then 20 * 0.2 / 0.8 = 5 generated draws
+    assert abs(real / 50 - 20) < 2 and abs(generated / 50 - 5) < 1, counts
+    assert len([k for k in counts if k.startswith("ops:")]) == 6
+    # without the option a pseudo-program weighs as much as a program
+    counts = Counter(ex.program for ex in c.epoch(rng))
+    assert sum(v for k, v in counts.items() if k.startswith("ops:")) > 40
+
+
 def test_streaming_buffer_stays_bounded(tmp_path):
     paths = write_shards(tmp_path, uneven_records())
     c = Corpus(paths, memory_mb=0.02, shuffle_items=8).scan()

@@ -47,6 +47,12 @@ from tpuperf_cli.errors import TpuperfError
               help="Validation MAPE and tau use kernels measured at >= this many microseconds.")
 @click.option("--even/--no-even", default=True, show_default=True,
               help="Draw examples evenly across programs (small programs repeated, large ones subsampled).")
+@click.option("--generated-share", type=click.FloatRange(0, 1, max_open=True), default=None,
+              metavar="F",
+              help="Draw this share of each epoch from generated kernels (the pseudo-programs "
+                   "SOURCE:NAME of `tpuperf generate`, evenly across them); the real programs "
+                   "draw as many examples as they hold, so the epoch grows by F/(1-F). "
+                   "[default: each pseudo-program counts as a program]")
 @click.option("--configs", type=click.IntRange(2), default=16, show_default=True,
               help="Tile task: configurations drawn per kernel per epoch.")
 @click.option("--memory-mb", type=click.FloatRange(1), default=2048, show_default=True,
@@ -101,10 +107,9 @@ from tpuperf_cli.errors import TpuperfError
 @click.option("--name", help="Model name stem recorded in predictions (default: FILE's file name).")
 @quiet_option(help="No progress lines or summary on stderr (warnings still go there).")
 def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, weight_decay, margin,
-        noise_scale, patience, monitor, min_us, even, configs, memory_mb, seed, device, threads, max_time,
-        ema, gnn, layers, hidden, opcode_dim, neighbors, aggregate, directed, normalize, kernel_head,
-        reduction,
-        heads, seq_layers, dropout, resume, keep_state, name, quiet):
+        noise_scale, patience, monitor, min_us, even, generated_share, configs, memory_mb, seed,
+        device, threads, max_time, ema, gnn, layers, hidden, opcode_dim, neighbors, aggregate,
+        directed, normalize, kernel_head, reduction, heads, seq_layers, dropout, resume, keep_state, name, quiet):
     """Train a performance model (a graph neural network) on measured kernels.
 
     Reads graph records with runtime_ns (featurize, then measure: node_opcode,
@@ -208,6 +213,7 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
                         weight_decay=weight_decay, margin=margin, noise_scale=noise_scale,
                         patience=patience,
                         monitor=monitor or "", min_runtime_ns=min_us * 1000.0, even=even,
+                        generated_share=-1.0 if generated_share is None else generated_share,
                         configs=configs, memory_mb=memory_mb, seed=seed, device=device,
                         threads=threads, max_time=max_time, ema=ema)
     quiet_progress = {"progress": _warnings_only} if quiet else {}

@@ -314,14 +314,19 @@ class Corpus:
         for g in open_groups.values():
             yield g[1]
 
-    def epoch(self, rng: np.random.Generator, even: bool = True) -> Iterator[Example | list[Example]]:
+    def epoch(self, rng: np.random.Generator, even: bool = True,
+              generated_share: float = -1.0) -> Iterator[Example | list[Example]]:
         """The items of one training epoch, shuffled. With even=True every
         program contributes the same expected number of items (small
-        programs are repeated, large ones subsampled)."""
+        programs are repeated, large ones subsampled). generated_share in
+        [0, 1) sets the share of the epoch drawn from generated kernels
+        (pseudo-programs "SOURCE:NAME", evenly across them), the programs
+        drawing as many items as they hold; -1 counts a pseudo-program as a
+        program."""
         sizes = self.sizes
         if not sizes:
             return
-        quota = sum(sizes.values()) / len(sizes)
+        rates = draw_rates(sizes, even, generated_share)
         paths = [self.paths[i] for i in rng.permutation(len(self.paths))]
         cap = None if self.cache is not None else max(64, self.shuffle_items)
         buffer = []
@@ -334,7 +339,7 @@ class Corpus:
                 program = item[0].program
             else:
                 program = item.program
-            rate = quota / sizes[program] if even else 1.0
+            rate = rates[program]
             copies = int(rate) + (rng.random() < rate - int(rate))
             for _ in range(copies):
                 buffer.append(item)
@@ -345,12 +350,12 @@ class Corpus:
         for j in rng.permutation(len(buffer)):
             yield buffer[j]
 
-    def batches(self, rng: np.random.Generator, batch_size: int,
-                even: bool = True) -> Iterator[tuple[list[Example], np.ndarray | None]]:
+    def batches(self, rng: np.random.Generator, batch_size: int, even: bool = True,
+                generated_share: float = -1.0) -> Iterator[tuple[list[Example], np.ndarray | None]]:
         """Lists of examples for one epoch (tile: whole kernels per batch, and
         the group id of each example)."""
         batch, groups = [], []
-        for item in self.epoch(rng, even):
+        for item in self.epoch(rng, even, generated_share):
             if self.task == "tile":
                 groups.extend([groups[-1] + 1 if groups else 0] * len(item))
                 batch.extend(item)
@@ -361,3 +366,35 @@ class Corpus:
                 batch, groups = [], []
         if batch:
             yield batch, (np.asarray(groups) if groups else None)
+
+
+def is_generated(program: str) -> bool:
+    """Whether a program name is a generated kernel's pseudo-program
+    ("ops:dot", "fusions:cnn_s_train": `tpuperf generate`)."""
+    return ":" in program
+
+
+def draw_rates(sizes: dict, even: bool = True, generated_share: float = -1.0) -> dict:
+    """Expected draws per epoch of each item of each program. even: every
+    program the same number of draws in all (the mean program's size);
+    otherwise each item once. With generated_share in [0, 1) and both kinds
+    present, the programs keep their draws and the generated pseudo-programs
+    share generated_share of the epoch between them (evenly with even), so
+    that hundreds of pseudo-programs do not crowd out the real ones."""
+    if generated_share < 0:
+        groups = [list(sizes)]
+        totals = [sum(sizes.values())]
+    else:
+        real = [p for p in sizes if not is_generated(p)]
+        gen = [p for p in sizes if is_generated(p)]
+        if not real or not gen:
+            return draw_rates(sizes, even)
+        real_total = sum(sizes[p] for p in real)
+        groups = [real, gen]
+        totals = [real_total, real_total * generated_share / (1 - generated_share)]
+    rates = {}
+    for programs, total in zip(groups, totals):
+        items = sum(sizes[p] for p in programs)
+        for p in programs:
+            rates[p] = total / len(programs) / sizes[p] if even else total / items
+    return rates

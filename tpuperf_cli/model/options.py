@@ -37,6 +37,8 @@ class TrainOptions:
     monitor: str = ""           # "loss", "mape" or "tau"; default: loss (fusion), tau (tile)
     min_runtime_ns: float = 5000.0   # validation MAPE/tau only on kernels at least this long
     even: bool = True           # draw examples evenly across programs
+    generated_share: float = -1.0   # share of an epoch's draws from generated kernels
+                                    # (pseudo-programs "SOURCE:NAME"); -1: a program each
     configs: int = 16           # tile task: configurations drawn per kernel per epoch
     memory_mb: float = 2048     # decoded examples kept in memory; beyond that, stream shards
     seed: int = 0               # seeds numpy, torch and the sampling
@@ -66,6 +68,8 @@ class TrainOptions:
             raise TpuperfError("--ema must be in [0, 1)")
         if self.epochs < 1 or self.batch_size < 1:
             raise TpuperfError("--epochs and --batch-size must be at least 1")
+        if not (self.generated_share == -1.0 or 0 <= self.generated_share < 1):
+            raise TpuperfError("--generated-share must be in [0, 1)", exit_code=2)
         if self.task == "tile" and self.configs < 2:
             raise TpuperfError("--configs must be at least 2 for the tile task")
         return self
