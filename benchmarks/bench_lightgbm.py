@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 
 import numpy as np
 
@@ -37,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_accuracy import load, per_program  # noqa: E402
 
 from tpuperf_cli import metrics  # noqa: E402
+from tpuperf_cli.model.data import draw_rates  # noqa: E402
 from tpuperf_cli.model.examples import example  # noqa: E402
 
 OPCODES = 256        # opcode-count columns (ids beyond share the last)
@@ -61,7 +63,13 @@ def fit(train, valid, args):
     params = {"objective": "regression", "learning_rate": args.lr, "num_leaves": args.leaves,
               "min_data_in_leaf": 10, "bagging_fraction": 0.8, "bagging_freq": 1,
               "feature_fraction": 0.5, "num_threads": args.threads, "seed": 0, "verbose": -1}
-    data = lightgbm.Dataset(xt, yt)
+    weight = None
+    if args.generated_share is not None:
+        # the GNN's --generated-share: the generated kernels weigh F of the whole
+        sizes = Counter(r["program"] for r in train)
+        rates = draw_rates(sizes, even=False, generated_share=args.generated_share)
+        weight = np.array([rates[r["program"]] for r in train])
+    data = lightgbm.Dataset(xt, yt, weight=weight)
     sets, callbacks = [], []
     if valid:
         xv = features([example(r, i) for i, r in enumerate(valid, 1)])
@@ -109,6 +117,10 @@ def main():
     ap.add_argument("--programs-only", action="store_true",
                     help="train on the split's programs only, not the generated kernels its "
                          "train list names (\"ops:*\"...): the bundled GNN's training data")
+    ap.add_argument("--generated-share", type=float, metavar="F",
+                    help="weigh the generated kernels F of the training data in all, as "
+                         "`tpuperf train --generated-share F` draws them (default: each "
+                         "kernel weighs 1)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
     try:
