@@ -371,6 +371,34 @@ def test_samples_at_the_fixed_cost_are_an_error_not_a_zero(measurer):
     assert timed.result().runtime_ns == 120.0
 
 
+def test_an_untimed_kernel_is_calibrated_and_sampled_once_more(measurer):
+    """A fixed cost overstated by a burst of interference makes every
+    sample zero: the kernel gets a second calibration and set of samples;
+    a kernel untimed twice keeps the error."""
+    from tpuperf_cli.measure.device import MeasureError, _Timed
+
+    class Flaky(_Timed):
+        def __init__(self, value_after):
+            super().__init__(measurer, None, [], [], [])
+            self.value = 0.0
+            self.value_after = value_after
+            self.calibrations = 0
+
+        def calibrate(self):
+            self.calibrations += 1
+            self.value = self.value_after
+
+        def sample(self):
+            self.samples.append((self.value, True))
+
+    hiccup, dead = Flaky(250.0), Flaky(0.0)
+    results = [None, None]
+    measurer._rounds([(0, hiccup), (1, dead)], results)
+    assert results[0].runtime_ns == 250.0 and len(results[0].samples) == measurer.samples
+    assert isinstance(results[1], MeasureError) and results[1].kind == "untimed"
+    assert hiccup.calibrations == dead.calibrations == 1
+
+
 def test_kernel_time_excludes_dispatch(measurer):
     """One negate of a scalar: a dispatched call costs microseconds, the
     kernel inside the timing loop far less."""

@@ -159,9 +159,10 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
     kind: collective, parse, convert, compile, unsupported, inputs, run,
     untimed, crash, timeout) instead of runtime_ns, and the stream goes on.
     "untimed" is a kernel whose samples were mostly not above the fixed
-    cost of a call (seen on a few of XLA:CPU's parallel_* kernels): no
-    runtime is better than a zero. All other
-    fields pass through untouched.
+    cost of a call twice, the second time after a new calibration (a burst
+    of interference can overstate the fixed cost; the work of a few of
+    XLA:CPU's parallel_* kernels never shows): no runtime is better than a
+    zero. All other fields pass through untouched.
 
     How a kernel is timed: its standalone HloModule (the record's `hlo`) is
     put inside a while loop that runs it n times in one call of one
