@@ -34,6 +34,7 @@ def optimize(text, backend, name="<input>", mlir=None, debug_options=None):
     from jax._src.lib import xla_client as xc
 
     from tpuperf_cli.hlo.dump import is_mlir
+    from tpuperf_cli.hlo.xla import computation_of_text, mlir_of
 
     if backend not in BACKENDS:
         raise TpuperfError(f"--compile {backend}: expected one of {', '.join(BACKENDS)}")
@@ -44,9 +45,7 @@ def optimize(text, backend, name="<input>", mlir=None, debug_options=None):
         program = text
     else:
         try:
-            module = xc._xla.hlo_module_from_text(text)
-            comp = xc.XlaComputation(module.as_serialized_hlo_module_proto())
-            program = xc._xla.mlir.xla_computation_to_mlir_module(comp)
+            program = mlir_of(computation_of_text(text))
         except Exception as e:  # XLA's parser and converter raise XlaRuntimeError
             raise TpuperfError(f"{name}: XLA cannot read it as HLO ({_first(e)})",
                                exit_code=2) from None

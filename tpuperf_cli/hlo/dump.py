@@ -271,11 +271,11 @@ def proto_to_text(data, name):
     printed by XLA itself (jaxlib's HloModule)."""
     module = _module_proto(data, name)
     try:
-        from jax._src.lib import xla_client as xc
+        from tpuperf_cli.hlo.xla import module_from_proto
     except ImportError as e:    # pragma: no cover - jaxlib is a dependency
         raise TpuperfError(f"{name}: reading HLO protos needs jaxlib ({e})") from None
     try:
-        return xc._xla.HloModule.from_serialized_hlo_module_proto(module).to_string()
+        return module_from_proto(module).to_string()
     except Exception as e:      # XlaRuntimeError and friends
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise TpuperfError(f"{name}: not an HLO module proto XLA can read ({first})") from None

@@ -220,13 +220,12 @@ def _switches():
 def program_of(text: str) -> tuple[Any, list]:
     """(XlaComputation, parameter shapes) of a module's text; MeasureError
     for text XLA does not parse, or a parameter that cannot be fed."""
-    from jax._src.lib import xla_client as xc
+    from tpuperf_cli.hlo.xla import computation_of_text
 
     try:
-        module = xc._xla.hlo_module_from_text(text)
+        comp = computation_of_text(text)
     except Exception as e:
         raise MeasureError("parse", error_text(e)) from None
-    comp = xc.XlaComputation(module.as_serialized_hlo_module_proto())
     params = comp.program_shape().parameter_shapes()
     for i, s in enumerate(params):
         if s.is_tuple():
@@ -251,8 +250,10 @@ def compile_program(client, device, comp) -> Any:
     way jaxlib compiles); MeasureError if XLA refuses it."""
     from jax._src.lib import xla_client as xc
 
+    from tpuperf_cli.hlo.xla import mlir_of
+
     try:
-        mlir = xc._xla.mlir.xla_computation_to_mlir_module(comp)
+        mlir = mlir_of(comp)
     except Exception as e:
         raise MeasureError("convert", error_text(e)) from None
     try:
@@ -278,7 +279,7 @@ class _Timed:
     def call(self, n):
         """One call running the kernel n times; returns when it is done."""
         if n not in self._trips:
-            self._trips[n] = self.m.client.buffer_from_pyval(np.int32(n), self.m.device)
+            self._trips[n] = self.m.put(np.int32(n))
         self.exe.execute_sharded(self.before + self.args + [self._trips[n]] + self.after,
                                  with_tokens=True).consume_token().block_until_ready()
 
@@ -345,6 +346,10 @@ class Measurer:
         # On CPU run executables inline on the calling thread: no two
         # executions overlap and a returned call is a finished call.
         jax.config.update("jax_cpu_enable_async_dispatch", False)
+        if not hasattr(jax.devices()[0].client, "buffer_from_pyval"):
+            # newer jaxlib: jax.device_put keeps 64-bit inputs 64-bit only
+            # with x64 on (see put); nothing is traced here
+            jax.config.update("jax_enable_x64", True)
         self.backend = pick_backend(backend)
         self.device = jax.devices(self.backend)[0]
         self.client = self.device.client
@@ -438,6 +443,18 @@ class Measurer:
         return out
 
     # ------------------------------------------------------------ inputs
+    def put(self, host: np.ndarray) -> Any:
+        """A host array copied to the device, its dtype kept: the client's
+        own buffer_from_pyval (jaxlib 0.6) keeps 64-bit types as they are;
+        newer jaxlib has only jax.device_put, which keeps them with x64 on
+        (set in __init__)."""
+        own = getattr(self.client, "buffer_from_pyval", None)
+        if own is not None:
+            return own(host, self.device, force_copy=True)
+        import jax
+
+        return jax.device_put(host, self.device)
+
     def inputs(self, params: Sequence[Any]) -> list:
         """Device arrays for the parameter shapes (see the module docstring)."""
         rng = np.random.default_rng(self.seed)
@@ -456,9 +473,7 @@ class Measurer:
                 host = rng.uniform(0.5, 1.5, dims).astype(np.float32).astype(dtype)
             else:
                 raise MeasureError("unsupported", f"cannot make inputs of type {dtype} ({s})")
-            # the client's own buffer_from_pyval keeps 64-bit types as they
-            # are (jax.device_put would narrow them unless x64 mode is on)
-            arrays.append(self.client.buffer_from_pyval(host, self.device, force_copy=True))
+            arrays.append(self.put(host))
         for a in arrays:
             a.block_until_ready()
         return arrays
@@ -469,7 +484,7 @@ class Measurer:
         (position of its first parameter, its parameter shapes but n), the
         n of each following its parameters."""
         inputs = [self._inputs(shapes) for _, shapes in kernels]
-        zero = self.client.buffer_from_pyval(np.int32(0), self.device)
+        zero = self.put(np.int32(0))
         timed = []
         for k, (start, shapes) in enumerate(kernels):
             before = [a for j in range(k) for a in inputs[j] + [zero]]
