@@ -107,11 +107,14 @@ def _cpus(ctx, param, value):
               help="Time on N CPUs only: the measuring process is pinned to them, and with "
                    "one XLA:CPU runs dots and convolutions on the calling thread. 'all' "
                    "leaves the process on every CPU it may use.")
-@click.option("--clock", type=click.Choice(["auto", "wall", "process"]), default="auto",
+@click.option("--clock", type=click.Choice(["auto", "wall", "process", "events"]), default="auto",
               show_default=True,
               help="What a sample's duration is: the CPU time of the measuring process "
                    "(process: CPU only; time spent descheduled on a busy machine does not "
-                   "count) or elapsed time (wall). auto: process on CPU with --cpus 1, wall "
+                   "count), elapsed time (wall), or the device's own time for one call of the "
+                   "kernel compiled alone, read off the profiler's events (events: CUPTI on a "
+                   "GPU; no timing loop, whose trip test XLA:GPU reads back to the host every "
+                   "trip). auto: events on GPU and TPU, process on CPU with --cpus 1, wall "
                    "elsewhere.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=300, show_default=True,
               metavar="SECONDS",

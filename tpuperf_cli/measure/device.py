@@ -359,18 +359,21 @@ class Measurer:
         self.compiler = compiler
         self.min_time = float(min_time)
         self.seed = seed
-        if clock == "auto":
+        if clock == "auto" and self.backend != "cpu":
+            # an accelerator's own clock, read off the profiler (events.py)
+            clock = "events"
+        elif clock == "auto":
             # the process clock only where the process has one CPU: on
             # several, XLA's idle pool threads spin and it counts them
             pinned = len(os.sched_getaffinity(0)) == 1 if hasattr(os, "sched_getaffinity") else False
-            clock = "process" if self.backend == "cpu" and pinned else "wall"
-        if clock not in CLOCKS:
-            raise ValueError(f"clock must be one of {', '.join(CLOCKS)} or auto")
+            clock = "process" if pinned else "wall"
+        if clock not in CLOCKS and clock != "events":
+            raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, events or auto")
         if clock == "process" and self.backend != "cpu":
             raise MeasureError("backend", "--clock process times CPU kernels only; "
-                                          f"use --clock wall on {self.backend}")
+                                          f"use --clock events or wall on {self.backend}")
         self.clock = clock
-        self.clock_fn = CLOCKS[clock]
+        self.clock_fn = CLOCKS.get(clock, time.perf_counter_ns)
         # an accelerator's host thread waits on the device: its switches
         # say nothing about the kernel
         self.switch_count = _switches if self.backend == "cpu" else _none
@@ -598,6 +601,8 @@ class Measurer:
         """A Measurement or a MeasureError for each kernel text, in order.
         The kernels are compiled (in bundles) and calibrated, then sampled
         in `samples` rounds across all of them."""
+        if self.clock == "events":
+            return self._measure_by_events(texts)
         results = [None] * len(texts)
         group, group_bytes = [], 0
         for prepared in self._prepare_all(list(self._bundles(texts, results))):
@@ -644,6 +649,69 @@ class Measurer:
         if again:
             self._rounds(again, results, retry=False)
 
+    def _measure_by_events(self, texts):
+        """measure_many with --clock events (see events.py): each kernel
+        compiled alone, called `samples` times inside its own annotation
+        of one profiler session, its samples the device time of each call."""
+        from tpuperf_cli.hlo.compilable import compilable_module
+
+        from .events import Session, call_samples, instruction_names
+
+        results = [None] * len(texts)
+        modules = []
+        for i, text in enumerate(texts):
+            coll = _collectives(text)
+            if coll:
+                results[i] = MeasureError("collective", f"{', '.join(coll)} needs other devices "
+                                                        f"or a host peer; cannot run alone")
+                continue
+            try:
+                modules.append((i, compilable_module(text)))
+            except ParseError as e:
+                results[i] = MeasureError("parse", str(e))
+        ready, names = [], {}
+        for (i, _), done in zip(modules, self._compile_all([m for _, m in modules])):
+            if isinstance(done, MeasureError):
+                results[i] = done
+                continue
+            exe, params = done
+            if self.backend == "cpu":   # which host events are this kernel's thunks
+                names[str(i)] = instruction_names(m.to_string() for m in exe.hlo_modules())
+            try:
+                args = self._inputs(params)
+                call = _caller(exe, args)
+                call()  # warm up: first touch, lazy initialisation, autotuning
+                call()
+            except MeasureError as e:
+                results[i] = e
+                continue
+            except Exception as e:
+                results[i] = MeasureError("run", error_text(e))
+                continue
+            ready.append((i, call))
+        if not ready:
+            return results
+        session = Session()
+        try:
+            for i, call in ready:
+                with session.annotate(str(i)):
+                    for _ in range(self.samples):
+                        call()
+        except Exception as e:
+            session.stop()
+            for i, _ in ready:
+                results[i] = MeasureError("run", error_text(e))
+            return results
+        got = call_samples(session.stop(), self.backend, [str(i) for i, _ in ready], self.samples,
+                           names if self.backend == "cpu" else None)
+        for i, _ in ready:
+            samples = got[str(i)]
+            if isinstance(samples, str):
+                results[i] = MeasureError("untimed", samples)
+            else:
+                results[i] = summarize(samples)
+        return results
+
     def measure(self, text: str) -> Measurement:
         """The Measurement of one kernel text; raises MeasureError."""
         (result,) = self.measure_many([text])
@@ -654,3 +722,10 @@ class Measurer:
 
 def _none():
     return None
+
+
+def _caller(exe, args):
+    """A function making one call of a compiled kernel and waiting for it."""
+    def call():
+        exe.execute_sharded(args, with_tokens=True).consume_token().block_until_ready()
+    return call
