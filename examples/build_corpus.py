@@ -21,12 +21,19 @@ measurement and makes an interrupted build resume where it stopped. Every
 program's shard keeps all its kernels, repeated ones included.
 
 Generated kernels (`tpuperf generate`, the data engine) join them: the
-`generate` step writes, for each source in turn (ops, fusions, sweeps),
+`generate` step writes, for each source in turn (ops, then fusions and
+sweeps side by side), and `measure` measures, nearest the programs first
+(fusions, sweeps, ops, so a build cut short has the most useful ones),
 
     tpuperf generate --source S --seed SEED --limit N [programs]
         --exclude <every kernel shard so far>                 ->  .work/S.zst
     measure --jobs J (chunks of CHUNK kernels)                ->  generated/S-NNN.zst
     featurize                                                 ->  graphs/generated/S-NNN.zst
+
+A larger --plan extends a source: its list is generated again, whole (the
+same seed gives the kernels it had first; fusions and sweeps may differ a
+little, as they exclude the ops list), and a measured chunk whose kernels
+changed is measured again, its kernels already timed coming from the cache.
 
 fusions and sweeps draw only from programs in the "train" list of every
 split file (split.train_in_all), so nothing made from a valid or test
@@ -43,10 +50,10 @@ Layout of examples/corpus/ (committed unless said):
     kernels/P.zst     kernel records + runtimes, one shard per program
     generated/S-NNN.zst  generated kernels + runtimes, CHUNK per shard
     graphs/P.zst      graph records + runtimes, one shard per program
-    graphs/generated/ graph shards of the generated kernels (committed
-                      with graphs/ when all fit in 30 MB)
-                      (committed when all graph shards fit in 30 MB;
-                      otherwise gitignored and rebuilt with `featurize`)
+                      (committed when they fit in 30 MB, else gitignored)
+    graphs/generated/ graph shards of the generated kernels (gitignored:
+                      `python examples/build_corpus.py featurize` rebuilds
+                      them and the programs' from the kernel shards)
     .cache/           measure's sqlite cache (gitignored)
     .work/            generate's unmeasured output (gitignored)
 
@@ -408,7 +415,7 @@ def summarize(programs, args, measure_seconds):
     kb = sum(p["kernel_bytes"] for p in per_program)
     kb += sum(e["bytes"] for e in per_source.values())
     gb_generated = sum(f.stat().st_size for f in (CORPUS / "graphs" / "generated").glob("*.zst"))
-    gb = sum(p["graph_bytes"] or 0 for p in per_program) + gb_generated
+    gb = sum(p["graph_bytes"] or 0 for p in per_program)
     manifest = {
         "built_by": "examples/build_corpus.py",
         "target": target,
@@ -426,6 +433,7 @@ def summarize(programs, args, measure_seconds):
         "kernel_shards_mb": round(kb / 2**20, 2),
         "graph_shards_mb": round(gb / 2**20, 2) if gb else None,
         "graph_shards_committed": bool(gb) and gb <= GRAPH_LIMIT,
+        "generated_graph_shards_mb": round(gb_generated / 1e6, 2),
         # wall time of this build's measure step: kernels found in the cache
         # cost only the split and a cache look-up, so this is not the time
         # it takes to time the corpus from scratch (see the README)
@@ -447,7 +455,10 @@ def summarize(programs, args, measure_seconds):
 
 
 def write_gitignore(commit_graphs):
-    lines = ["# written by examples/build_corpus.py", ".cache/", ".work/", "*.tmp"]
+    # graphs of generated kernels are rebuilt by `build_corpus.py featurize`
+    # (a minute or two): the checkout stays small enough to carry
+    lines = ["# written by examples/build_corpus.py", ".cache/", ".work/", "*.tmp",
+             "graphs/generated/"]
     if not commit_graphs:
         lines.append("graphs/")
     (CORPUS / ".gitignore").write_text("\n".join(lines) + "\n")
