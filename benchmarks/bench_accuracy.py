@@ -59,6 +59,10 @@ def load(corpus, programs):
         if ":" not in name and not os.path.exists(paths[0]):
             missing.append(name)
             continue
+        if ":" in name and not paths:
+            # generated kernels' graphs are not committed
+            print(f"bench_accuracy: warning: no graph shards for {name} in {corpus}/generated; "
+                  f"build them with: python examples/build_corpus.py featurize", file=sys.stderr)
         for path in paths:
             out += [r for r in read_records(path) if (r.get("runtime_ns") or 0) > 0]
     if missing:

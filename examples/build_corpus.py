@@ -471,7 +471,11 @@ def list_split(split, which):
     for name in spec[which]:
         if ":" in name:  # generated kernels ("ops:*"): their graph shards
             source = name.split(":", 1)[0]
-            for shard in sorted((CORPUS / "graphs" / "generated").glob(f"{source}-*.zst")):
+            found = sorted((CORPUS / "graphs" / "generated").glob(f"{source}-*.zst"))
+            if not found and generated_chunks(source):
+                log(f"warning: no graph shards of the generated {source} kernels (not "
+                    f"committed); build them with: python examples/build_corpus.py featurize")
+            for shard in found:
                 print(os.path.relpath(shard))
         else:
             print(os.path.relpath(CORPUS / "graphs" / f"{name}.zst"))
