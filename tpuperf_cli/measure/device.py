@@ -346,13 +346,13 @@ class Measurer:
         # On CPU run executables inline on the calling thread: no two
         # executions overlap and a returned call is a finished call.
         jax.config.update("jax_cpu_enable_async_dispatch", False)
-        if not hasattr(jax.devices()[0].client, "buffer_from_pyval"):
-            # newer jaxlib: jax.device_put keeps 64-bit inputs 64-bit only
-            # with x64 on (see put); nothing is traced here
-            jax.config.update("jax_enable_x64", True)
         self.backend = pick_backend(backend)
         self.device = jax.devices(self.backend)[0]
         self.client = self.device.client
+        if not hasattr(self.client, "buffer_from_pyval"):
+            # newer jaxlib: jax.device_put keeps 64-bit inputs 64-bit only
+            # with x64 on (see put); nothing is traced here
+            jax.config.update("jax_enable_x64", True)
         self.samples = samples
         self.bundle = max(1, int(bundle))
         # a compiler.CompilePool, or None to compile in this process
