@@ -101,51 +101,40 @@ def _text(v) -> str:
     return bytes(v).decode("utf-8", "replace")
 
 
+def _message(data: memoryview, repeated: tuple = ()) -> dict:
+    """{field number: value} of a protobuf message (the last value of a
+    field), a list of values for the numbers in `repeated`."""
+    out = {n: [] for n in repeated}
+    for number, _, value in _fields(data):
+        if number in repeated:
+            out[number].append(value)
+        else:
+            out[number] = value
+    return out
+
+
 def _plane(data: memoryview) -> Plane:
     # XPlane: name = 2, lines = 3, event_metadata = 4 (map<int64, XEventMetadata>)
-    name, raw_lines, names = "", [], {}
-    for number, _, value in _fields(data):
-        if number == 2:
-            name = _text(value)
-        elif number == 3:
-            raw_lines.append(value)
-        elif number == 4:
-            key, meta = 0, None
-            for n, _, v in _fields(value):
-                if n == 1:
-                    key = _signed(v)
-                elif n == 2:
-                    meta = v
-            if meta is not None:
-                for n, _, v in _fields(meta):     # XEventMetadata: name = 2
-                    if n == 2:
-                        names[key] = _text(v)
-    plane = Plane(name)
-    for raw in raw_lines:
+    plane = _message(data, repeated=(3, 4))
+    names = {}
+    for entry in plane[4]:
+        entry = _message(entry)
+        if 2 in entry:                         # XEventMetadata: name = 2
+            names[_signed(entry.get(1, 0))] = _text(_message(entry[2]).get(2, b""))
+    out = Plane(_text(plane.get(2, b"")))
+    for raw in plane[3]:
         # XLine: name = 2, timestamp_ns = 3, events = 4
-        line_name, stamp, raw_events = "", 0, []
-        for number, _, value in _fields(raw):
-            if number == 2:
-                line_name = _text(value)
-            elif number == 3:
-                stamp = _signed(value)
-            elif number == 4:
-                raw_events.append(value)
-        line = Line(line_name)
-        for raw_event in raw_events:
+        line = _message(raw, repeated=(4,))
+        stamp = _signed(line.get(3, 0))
+        events = Line(_text(line.get(2, b"")))
+        for raw_event in line[4]:
             # XEvent: metadata_id = 1, offset_ps = 2, duration_ps = 3
-            meta = offset = duration = 0
-            for number, _, value in _fields(raw_event):
-                if number == 1:
-                    meta = _signed(value)
-                elif number == 2:
-                    offset = _signed(value)
-                elif number == 3:
-                    duration = _signed(value)
-            line.events.append(Event(names.get(meta, ""), stamp + offset / 1000.0,
-                                     duration / 1000.0))
-        plane.lines.append(line)
-    return plane
+            event = _message(raw_event)
+            events.events.append(Event(names.get(_signed(event.get(1, 0)), ""),
+                                       stamp + _signed(event.get(2, 0)) / 1000.0,
+                                       _signed(event.get(3, 0)) / 1000.0))
+        out.lines.append(events)
+    return out
 
 
 def read_xspace(data: bytes) -> list[Plane]:
