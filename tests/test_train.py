@@ -207,6 +207,36 @@ def test_rank_loss_orders_two_configs():
     assert float(rank_loss(torch.tensor([1.0, 0.0]), y, torch.tensor([0, 1]))) == 0.0
 
 
+def test_ape_loss_is_the_relative_error_and_stays_linear_far_out():
+    from tpuperf_cli.model.train import ape_of_log_error
+
+    d = torch.tensor([0.0, np.log(3.0), -np.log(3.0), 2.0, 3.0], requires_grad=True)
+    a = ape_of_log_error(d)
+    # 3x over costs 200%, 3x under 67%: what MAPE counts
+    assert a[:3].detach().numpy() == pytest.approx([0.0, 2.0, 2 / 3], rel=1e-5)
+    # continuous at d = 2, then a straight line with the slope it had there
+    assert float(a[3]) == pytest.approx(np.exp(2) - 1, rel=1e-5)
+    assert float(a[4]) == pytest.approx(np.exp(2) - 1 + np.exp(2), rel=1e-5)
+    a.sum().backward()
+    assert np.isfinite(d.grad.numpy()).all() and float(d.grad[4]) == pytest.approx(np.exp(2), rel=1e-5)
+
+
+def test_ape_loss_trains_a_fusion_model_and_validates_on_mean_ape(shards, tmp_path):
+    out = tmp_path / "ape.pt"
+    r = train([str(shards / "*.zst")], out, NetConfig(**TINY), fast_opts(epochs=8, loss="ape"),
+              split=str(shards / "split.json"), progress=quiet)
+    losses = [h["train_loss"] for h in r["history"]]
+    assert losses[-1] < 0.8 * losses[0], losses
+    # the validation loss is a mean |pred/runtime - 1|, not an MSE of standardised logs
+    valid = [h["valid_loss"] for h in r["history"]]
+    assert all(0 <= v < 50 for v in valid) and min(valid) < valid[0]
+    assert torch.load(out, weights_only=True)["loss"] == "ape"
+    from tpuperf_cli.model.predict import load_model
+
+    model = load_model(str(out))
+    assert model.meta["loss"] == "ape"
+
+
 def test_noise_weights_halve_at_the_scale_and_keep_unknown_noise():
     from tpuperf_cli.model.train import noise_weights
 
@@ -521,6 +551,13 @@ def test_no_examples_is_a_clear_error(tmp_path):
 
 
 # ---------------------------------------------------------------- the command
+
+def test_ape_loss_for_the_tile_task_is_refused():
+    from tpuperf_cli.model.options import TrainOptions
+
+    with pytest.raises(TpuperfError, match="--loss ape fits runtimes"):
+        TrainOptions(task="tile", loss="ape").check()
+
 
 @pytest.mark.parametrize("loss", ["hinge", "logistic"])
 def test_rank_loss_for_the_fusion_task_is_a_usage_error(shards, tmp_path, loss):

@@ -23,10 +23,12 @@ from tpuperf_cli.errors import TpuperfError
 @click.option("--task", type=click.Choice(["fusion", "tile"]), default="fusion", show_default=True,
               help="fusion: predict each kernel's runtime; tile: rank the configurations of each "
                    "kernel (records sharing program and kernel).")
-@click.option("--loss", type=click.Choice(["mse", "hinge", "logistic"]), default=None,
-              help="mse on log runtime (fusion default; the fusion task's only loss), or, for "
-                   "--task tile, a pairwise rank loss within each kernel: hinge (tile default) "
-                   "or logistic.")
+@click.option("--loss", type=click.Choice(["mse", "ape", "hinge", "logistic"]), default=None,
+              help="--task fusion: mse on log runtime (default), or ape: the absolute "
+                   "percentage error |pred/runtime - 1| that MAPE averages (an over-estimate "
+                   "costs more than an under-estimate; the validation loss is then the mean "
+                   "APE). --task tile: a pairwise rank loss within each kernel, hinge "
+                   "(default) or logistic.")
 @click.option("--epochs", type=click.IntRange(1), default=100, show_default=True, help="At most this many epochs.")
 @click.option("--batch-size", type=click.IntRange(1), default=64, show_default=True,
               help="Graphs per step (under torchrun: in all, split across the processes).")

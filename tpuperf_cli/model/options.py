@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from tpuperf_cli.model.config import NetConfig
 
 TASKS = ("fusion", "tile")
-LOSSES = ("mse", "hinge", "logistic")
+LOSSES = ("mse", "ape", "hinge", "logistic")
+FUSION_LOSSES = ("mse", "ape")
 
 
 @dataclass
@@ -26,7 +27,7 @@ class TrainOptions:
     """Options of the training loop (saved in the model file)."""
 
     task: str = "fusion"        # "fusion" (per-kernel runtime) or "tile" (rank a kernel's configs)
-    loss: str = ""              # "mse" (fusion default), "hinge" (tile default) or "logistic"
+    loss: str = ""              # fusion: "mse" (default) or "ape"; tile: "hinge" (default) or "logistic"
     epochs: int = 100           # at most this many epochs
     batch_size: int = 64        # graphs per step (tile: whole kernels, about this many configs)
     lr: float = 1e-3            # Adam learning rate (cosine decay to lr/10 over `epochs`)
@@ -56,10 +57,13 @@ class TrainOptions:
             self.loss = "mse" if self.task == "fusion" else "hinge"
         if self.loss not in LOSSES:
             raise TpuperfError(f"--loss must be one of {', '.join(LOSSES)}")
-        if self.task == "fusion" and self.loss != "mse":
+        if self.task == "fusion" and self.loss not in FUSION_LOSSES:
             raise TpuperfError(f"--loss {self.loss} is a pairwise rank loss between the tile "
                                f"configurations of a kernel, for --task tile; --task fusion "
-                               f"fits runtimes with --loss mse", exit_code=2)
+                               f"fits runtimes with --loss mse or ape", exit_code=2)
+        if self.task == "tile" and self.loss == "ape":
+            raise TpuperfError("--loss ape fits runtimes, for --task fusion; --task tile "
+                               "ranks configurations with --loss hinge or logistic", exit_code=2)
         if not self.monitor:
             self.monitor = "loss" if self.task == "fusion" else "tau"
         if self.monitor not in ("loss", "mape", "tau"):

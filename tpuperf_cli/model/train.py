@@ -85,13 +85,15 @@ def noise_weights(noise: np.ndarray, scale: float, device: str) -> torch.Tensor:
     return torch.from_numpy((w / max(w.mean(), 1e-12)).astype(np.float32)).to(device)
 
 
-def batch_loss(net: Net, b: Batch, opts: TrainOptions, device: str) -> torch.Tensor:
+def batch_loss(net: Net, b: Batch, opts: TrainOptions, device: str, log_std: float = 1.0) -> torch.Tensor:
     import torch
 
     from tpuperf_cli.model.net import to_device
 
     pred = net(to_device(b, device))
     y = torch.from_numpy(b.y).to(device)
+    if opts.loss == "ape":
+        return torch.mean(ape_of_log_error((pred - y) * log_std))
     if opts.loss == "mse":
         if opts.noise_scale > 0:
             return torch.sum(noise_weights(b.noise, opts.noise_scale, device) * (pred - y) ** 2) / \
@@ -99,6 +101,18 @@ def batch_loss(net: Net, b: Batch, opts: TrainOptions, device: str) -> torch.Ten
         return torch.mean((pred - y) ** 2)
     group = torch.from_numpy(b.group).to(device)
     return rank_loss(pred, y, group, opts.loss, opts.margin)
+
+
+def ape_of_log_error(d):
+    """|p/t - 1| of a natural-log error d = log p - log t: the relative error
+    MAPE averages. It punishes a 3x over-estimate (200%) more than a 3x
+    under-estimate (67%), as MAPE does; past d = 2 (7.4x) it grows linearly,
+    not exponentially, so that one wild kernel cannot blow up a step."""
+    import torch
+
+    big = d > 2.0
+    safe = torch.where(big, torch.full_like(d, 2.0), d)
+    return torch.where(big, math.exp(2.0) - 1 + math.exp(2.0) * (d - 2.0), torch.abs(torch.expm1(safe)))
 
 
 # ---------------------------------------------------------------- evaluation
@@ -146,7 +160,9 @@ def evaluate(model: Model, corpus: Corpus, opts: TrainOptions, batch_size: int =
         rows = []
         for idx in metrics.group_indices([k[0] for k in keys]).values():
             rows.append(metrics.fusion_metrics(pred[idx], true[idx], opts.min_runtime_ns))
-        return {"loss": float(np.mean((yp - y) ** 2)),
+        # the validation loss is the training loss's: MSE of the standardised log, or mean APE
+        loss = float(np.mean(np.abs(pred / true - 1))) if opts.loss == "ape" else float(np.mean((yp - y) ** 2))
+        return {"loss": loss,
                 "mape": metrics.nanmedian([r["mape"] for r in rows]),
                 "tau": metrics.nanmedian([r["tau"] for r in rows]),
                 "programs": len(rows), "kernels": len(keys)}
@@ -273,7 +289,7 @@ class TrainingRun:
         if examples:
             b = make_batch(examples, self.scaler, self.lut, cfg.neighbors, self.sequence,
                            cfg.max_nodes, groups)
-            loss = batch_loss(self.net, b, opts, opts.device)
+            loss = batch_loss(self.net, b, opts, opts.device, self.scaler.std)
             loss.backward()
             n, loss_sum = len(examples), float(loss) * len(examples)
         n, loss_sum = self.dist.reduce_gradients(self.net.parameters(), n, loss_sum)
