@@ -490,6 +490,8 @@ class Fitter:
 
 
 def head_params(net):
+    if hasattr(net, "members"):     # an ensemble: every member's head
+        return [p for m in net.members for p in head_params(m)]
     return list(net.head.parameters()) + (list(net.skip.parameters()) if net.skip is not None else [])
 
 

@@ -20,6 +20,7 @@ COMMANDS = {
     "featurize": "featurize",
     "measure": "measure",
     "train": "train",
+    "ensemble": "ensemble",
     "predict": "predict",
     "score": "score",
     "eval": "eval",

@@ -34,7 +34,7 @@ Public functions others call:
 import os
 
 MODEL_FORMAT = "tpuperf-model"
-MODEL_VERSION = 1
+MODEL_VERSION = 2          # the newest file version read: 2 holds `members` (an ensemble), 1 not
 DEFAULT_MODEL = "default.pt"
 
 

@@ -426,10 +426,30 @@ def _layer_norm(x, weight, bias, eps=1e-5):
     return xc / np.sqrt(var + np.float32(eps)) * weight + bias
 
 
-def numpy_net(d: dict) -> NumpyNet:
-    """A NumpyNet from a model file's dict; Unsupported when it cannot run it."""
+class NumpyEnsemble:
+    """net.EnsembleNet in numpy: the members' outputs averaged."""
+
+    engine = "numpy"
+
+    def __init__(self, members: list[NumpyNet]):
+        self.members = members
+        self.cfg = members[0].cfg
+
+    def eval(self) -> NumpyEnsemble:
+        return self
+
+    def __call__(self, b: Batch) -> np.ndarray:
+        return np.mean([m(b) for m in self.members], axis=0)
+
+
+def numpy_net(d: dict) -> NumpyNet | NumpyEnsemble:
+    """A NumpyNet (NumpyEnsemble for a file with members) from a model
+    file's dict; Unsupported when it cannot run it."""
     try:
         cfg = NetConfig.from_dict(d["config"]).check()
     except (ValueError, TypeError, KeyError) as e:
         raise Unsupported(str(e)) from None
-    return NumpyNet(cfg, d["state_dict"])
+    members = [d["state_dict"]] + list(d.get("members") or [])
+    if len(members) == 1:
+        return NumpyNet(cfg, members[0])
+    return NumpyEnsemble([NumpyNet(cfg, state) for state in members])

@@ -186,6 +186,20 @@ class Net(nn.Module):
         return (self.head(torch.cat([r, k], dim=1)) + self.skip(k)).squeeze(1)       # (B,)
 
 
+class EnsembleNet(nn.Module):
+    """Networks of one config and scaling (say, seeds), their outputs (the
+    standardised log runtime) averaged: the geometric mean of their runtime
+    predictions."""
+
+    def __init__(self, members):
+        super().__init__()
+        self.members = nn.ModuleList(members)
+        self.cfg = members[0].cfg
+
+    def forward(self, batch):
+        return torch.stack([m(batch) for m in self.members]).mean(0)
+
+
 def to_device(b: "Batch", device: str = "cpu") -> dict:
     """A numpy batch (data.Batch) as tensors and DGL graphs on a device."""
     t = torch.from_numpy

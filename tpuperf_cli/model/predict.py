@@ -3,12 +3,15 @@
 A model file (torch.save of a plain dict, loaded with weights_only=True so a
 model file cannot run code) holds:
 
-    format, version   "tpuperf-model", 1
+    format, version   "tpuperf-model", 1 (2 for an ensemble: with members)
     name              model id written to each record's `model` field
                       (file stem + short hash of the weights)
-    task, loss        "fusion" / "tile"; "mse", "hinge" or "logistic"
+    task, loss        "fusion" / "tile"; "mse", "ape", "hinge" or "logistic"
     config            the network's hyperparameters (config.NetConfig)
     state_dict        the weights
+    members           (ensembles only) the weights of the other members,
+                      networks of the same config and scaling whose outputs
+                      (log runtimes) are averaged; see combine_models
     scaling           feature scaling from the training data (data.Scaler):
                       per-feature min and max after a signed log, the log
                       runtime mean and deviation, the opcode ids seen
@@ -53,8 +56,8 @@ from tpuperf_cli.model.examples import Example, Scaler, example, kernel_features
 from tpuperf_cli.records import MODEL, NODE_FEATURES, PRED_NS, TARGET, TARGET_KEYS, Record, locate, target_identity
 
 if TYPE_CHECKING:
-    from tpuperf_cli.model.infer import NumpyNet
-    from tpuperf_cli.model.net import Net
+    from tpuperf_cli.model.infer import NumpyEnsemble, NumpyNet
+    from tpuperf_cli.model.net import EnsembleNet, Net
 
 REQUIRED = ("format", "version", "name", "task", "config", "state_dict", "scaling")
 SCALING_FIELDS = ("lo", "hi", "kernel_features", "opcodes", "log_runtime_mean", "log_runtime_std")
@@ -63,8 +66,8 @@ SCALING_FIELDS = ("lo", "hi", "kernel_features", "opcodes", "log_runtime_mean", 
 class Model:
     """A loaded model: network, scaling, vocabulary and what it was trained on."""
 
-    def __init__(self, net: Net | NumpyNet, scaler: Scaler, meta: dict, path: str | None = None,
-                 device: str = "cpu"):
+    def __init__(self, net: Net | EnsembleNet | NumpyNet | NumpyEnsemble, scaler: Scaler, meta: dict,
+                 path: str | None = None, device: str = "cpu"):
         self.net = net.eval()
         self.scaler = scaler
         self.meta = meta
@@ -174,6 +177,7 @@ class Model:
         t = self.meta.get("trained") or {}
         tgt = self.target or {}
         return {"name": self.name, "task": self.task, "loss": self.meta.get("loss"),
+                "members": len(getattr(self.net, "members", ())) or 1,
                 "target": {k: tgt.get(k) for k in TARGET_KEYS},
                 "config": self.meta.get("config"), "trained": t}
 
@@ -188,27 +192,80 @@ def weights_digest(state_dict: dict) -> str:
     return h.hexdigest()[:8]
 
 
-def model_dict(net: Net, scaler: Scaler, name: str, task: str, loss: str, target: dict | None = None,
-               trained: dict | None = None) -> dict:
+def _state(net) -> dict:
+    return {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+
+
+def model_dict(net: Net | EnsembleNet, scaler: Scaler, name: str, task: str, loss: str,
+               target: dict | None = None, trained: dict | None = None) -> dict:
     """The dict a model file holds (see the module docstring)."""
     from dataclasses import asdict
 
-    state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+    states = [_state(m) for m in getattr(net, "members", [net])]
     try:
         from tpuperf_cli.features.opcodes import OPCODE_NAMES
     except ImportError:
         OPCODE_NAMES = {}
+    extra = {"members": states[1:]} if len(states) > 1 else {}
     return {
-        "format": MODEL_FORMAT, "version": MODEL_VERSION,
-        "name": f"{name}-{weights_digest(state)}",
+        "format": MODEL_FORMAT, "version": 2 if extra else 1,
+        "name": f"{name}-{ensemble_digest(states)}",
         "task": task, "loss": loss,
         "config": asdict(net.cfg),
-        "state_dict": state,
+        "state_dict": states[0],
+        **extra,
         "scaling": scaler.to_dict(),
         "opcodes": {int(i): OPCODE_NAMES.get(int(i), "?") for i in sorted(scaler.opcodes)},
         "target": _plain(target),
         "trained": _plain(trained or {}),
     }
+
+
+def ensemble_digest(states: list[dict]) -> str:
+    """weights_digest of one network; of the members' digests for several."""
+    if len(states) == 1:
+        return weights_digest(states[0])
+    return hashlib.sha256(" ".join(weights_digest(s) for s in states).encode()).hexdigest()[:8]
+
+
+def member_states(d: dict, path: str = "model") -> list[dict]:
+    """The weights of each network of a model dict: one, or an ensemble's."""
+    members = d.get("members") or []
+    if not isinstance(members, list) or not all(isinstance(m, dict) for m in members):
+        raise TpuperfError(f"model {path}: bad model file (members is not a list of weight maps)")
+    return [d["state_dict"]] + members
+
+
+def combine_models(paths: Sequence[str], name: str | None = None) -> dict:
+    """The model dict of an ensemble of the model files at `paths`: every
+    network of each (an ensemble's members count one by one), predicting
+    the geometric mean of their predictions. They must share the task,
+    network config, feature scaling (the same training data: seeds, say)
+    and target; TpuperfError naming the first file that differs."""
+    if len(paths) < 2:
+        raise TpuperfError("an ensemble needs at least two model files")
+    dicts = []
+    for path in paths:
+        d = read_model_file(path)
+        _check_fields(d, path)
+        dicts.append((path, d))
+    first_path, first = dicts[0]
+    for path, d in dicts[1:]:
+        for field in ("task", "config", "scaling", "target"):
+            if d.get(field) != first.get(field):
+                why = {"config": "network configs", "scaling": "feature scalings (trained on other "
+                       "data?)", "target": "targets (measured on other machines)"}.get(field, field + "s")
+                raise TpuperfError(f"model {path}: cannot join {first_path} in an ensemble: their "
+                                   f"{why} differ")
+    states = [s for path, d in dicts for s in member_states(d, path)]
+    stem = name or str(first["name"]).rsplit("-", 1)[0]
+    members_info = [{"file": path, "name": d["name"], "members": len(member_states(d, path)),
+                     "trained": d.get("trained")} for path, d in dicts]
+    out = {k: v for k, v in first.items() if k not in ("state_dict", "members")}
+    out.update(version=2, name=f"{stem}-{ensemble_digest(states)}", state_dict=states[0],
+               members=states[1:],
+               trained={**(first.get("trained") or {}), "ensemble": _plain(members_info)})
+    return out
 
 
 def _plain(value):
@@ -340,14 +397,21 @@ def build(d: dict, path: str = "model", device: str = "cpu") -> Model:
     from tpuperf_cli.model.net import Net, NetConfig
 
     _check_fields(d, path)
+    from tpuperf_cli.model.net import EnsembleNet
+
     try:
         cfg = NetConfig.from_dict(d["config"])
-        net = Net(cfg)
-        wrong = _weights_mismatch(net.state_dict(), d["state_dict"])
-        if wrong:
-            raise TpuperfError(f"model {path}: bad model file (weights do not fit its config: "
-                               f"{wrong})")
-        net.load_state_dict(d["state_dict"])
+        nets = []
+        for i, state in enumerate(member_states(d, path)):
+            net = Net(cfg)
+            wrong = _weights_mismatch(net.state_dict(), state)
+            if wrong:
+                which = f" of member {i}" if i else ""
+                raise TpuperfError(f"model {path}: bad model file (weights{which} do not fit its "
+                                   f"config: {wrong})")
+            net.load_state_dict(state)
+            nets.append(net)
+        net = nets[0] if len(nets) == 1 else EnsembleNet(nets)
         scaler = Scaler.from_dict(d["scaling"])
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
@@ -356,7 +420,7 @@ def build(d: dict, path: str = "model", device: str = "cpu") -> Model:
         raise TpuperfError(f"model {path}: bad model file (scaling has {scaler.width} features, "
                            f"network expects {cfg.in_features})")
     net.to(device)
-    meta = {k: v for k, v in d.items() if k != "state_dict"}
+    meta = {k: v for k, v in d.items() if k not in ("state_dict", "members")}
     return Model(net, scaler, meta, path, device)
 
 
@@ -450,7 +514,7 @@ def _load_numpy(path: str, required: bool) -> Model | None:
         if required:
             return _numpy_refuses(path, read_model_file(path), e)
         return None
-    meta = {k: v for k, v in d.items() if k != "state_dict"}
+    meta = {k: v for k, v in d.items() if k not in ("state_dict", "members")}
     return Model(net, scaler, meta, path, "cpu")
 
 

@@ -1,0 +1,103 @@
+"""tpuperf ensemble: model files that average several networks."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.model.examples import example
+
+from synthetic import synthetic_records
+
+torch = pytest.importorskip("torch")
+
+from tpuperf_cli.model.net import NetConfig  # noqa: E402
+from tpuperf_cli.model.predict import combine_models, load_model, save_atomic  # noqa: E402
+from tpuperf_cli.model.train import TrainOptions, train  # noqa: E402
+from tpuperf_cli.stream import RecordWriter  # noqa: E402
+
+TINY = dict(hidden=16, opcode_dim=8, layers=2)
+TPUPERF = os.path.join(os.path.dirname(sys.executable), "tpuperf")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Three tiny models of the same data: seeds 0 and 1, and one wider."""
+    d = tmp_path_factory.mktemp("ens")
+    records = synthetic_records(n_programs=3, kernels=20, seed=5)
+    shard = d / "data.zst"
+    with RecordWriter(str(shard)) as w:
+        for r in records:
+            w.write(r)
+    paths = {}
+    for name, seed, hidden in (("s0", 0, 16), ("s1", 1, 16), ("wide", 0, 24)):
+        paths[name] = d / f"{name}.pt"
+        train([str(shard)], paths[name], NetConfig(**{**TINY, "hidden": hidden}),
+              TrainOptions(epochs=3, batch_size=8, lr=1e-2, seed=seed, threads=1),
+              progress=lambda _m: None)
+    return d, records, paths
+
+
+def test_an_ensemble_predicts_the_geometric_mean_of_its_members(trained, tmp_path):
+    d, records, paths = trained
+    ens = tmp_path / "ens.pt"
+    save_atomic(combine_models([str(paths["s0"]), str(paths["s1"])]), ens)
+    ex = [example(r, i) for i, r in enumerate(records, 1)]
+    p0 = load_model(str(paths["s0"])).predict_examples(ex)
+    p1 = load_model(str(paths["s1"])).predict_examples(ex)
+    assert not np.allclose(p0, p1)      # two seeds: two different models
+    want = np.sqrt(p0 * p1)
+    for engine in ("numpy", "dgl"):
+        model = load_model(str(ens), engine=engine)
+        assert model.engine == engine and model.describe()["members"] == 2
+        np.testing.assert_allclose(model.predict_examples(ex), want, rtol=1e-5)
+    # an ensemble given counts member by member: (s0, s1) + s0 weighs s0 twice
+    again = tmp_path / "again.pt"
+    save_atomic(combine_models([str(ens), str(paths["s0"])]), again)
+    np.testing.assert_allclose(load_model(str(again)).predict_examples(ex),
+                               np.cbrt(p0 * p1 * p0), rtol=1e-5)
+    saved = torch.load(again, weights_only=True)
+    assert saved["version"] == 2 and len(saved["members"]) == 2
+    assert [m["members"] for m in saved["trained"]["ensemble"]] == [2, 1]
+
+
+def test_models_of_other_shapes_do_not_join(trained):
+    d, records, paths = trained
+    with pytest.raises(TpuperfError, match=r"wide\.pt: cannot join .*s0\.pt.*network configs differ"):
+        combine_models([str(paths["s0"]), str(paths["wide"])])
+    with pytest.raises(TpuperfError, match="at least two"):
+        combine_models([str(paths["s0"])])
+
+
+def test_ensemble_command_writes_a_model_predict_reads(trained, tmp_path):
+    d, records, paths = trained
+    out = tmp_path / "e.pt"
+    res = subprocess.run([TPUPERF, "ensemble", str(paths["s0"]), str(paths["s1"]), "-o", str(out)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "2 members from 2 files" in res.stderr and out.exists()
+    res = subprocess.run([TPUPERF, "predict", "-m", str(out), str(d / "data.zst")],
+                         capture_output=True)
+    assert res.returncode == 0, res.stderr
+    # a file that is not a model: one line naming it, no traceback, nothing written
+    bad = tmp_path / "bad.pt"
+    bad.write_text("not a model")
+    res = subprocess.run([TPUPERF, "ensemble", str(paths["s0"]), str(bad), "-o", str(tmp_path / "x.pt")],
+                         capture_output=True, text=True)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert "bad.pt" in res.stderr and "not a tpuperf model file" in res.stderr
+    assert not (tmp_path / "x.pt").exists()
+
+
+def test_calibrate_fits_every_members_head():
+    from tpuperf_cli.calibrate import head_params
+    from tpuperf_cli.model.net import EnsembleNet, Net
+
+    cfg = NetConfig(**TINY)
+    nets = [Net(cfg), Net(cfg)]
+    ens = EnsembleNet(nets)
+    got = {id(p) for p in head_params(ens)}
+    assert got == {id(p) for n in nets for p in head_params(n)} and len(got) > 0
