@@ -85,13 +85,16 @@ def run(cmd, logfile=None):
     return p
 
 
-def shards(corpus, names, missing):
+def shards(corpus, names, missing, generated=False):
     """Shards of the named programs that exist; the names of those that do
-    not are appended to missing (programs of the split not measured yet)."""
+    not are appended to missing (programs of the split not measured yet).
+    Generated kernels ("ops:*": graphs/generated/SOURCE-NNN.zst) only with
+    generated=True."""
     out = []
     for n in names:
-        if ":" in n:  # generated kernels ("ops:*"): graphs/generated/SOURCE-NNN.zst
-            out += sorted((corpus / "generated").glob(f"{n.split(':', 1)[0]}-*.zst"))
+        if ":" in n:
+            if generated:
+                out += sorted((corpus / "generated").glob(f"{n.split(':', 1)[0]}-*.zst"))
             continue
         p = corpus / f"{n}.zst"
         if p.exists():
@@ -118,13 +121,17 @@ def main(argv=None):
     ap.add_argument("--work", type=Path, default=None, help="where models go (default: temp)")
     ap.add_argument("--out", type=Path, default=HERE / "ablation.md")
     ap.add_argument("--train-args", default="", help="extra options for `tpuperf train`")
+    ap.add_argument("--generated", action="store_true",
+                    help="also train on the generated kernels the split's train list names "
+                         "(graphs/generated; weigh them with --train-args '--generated-share F'); "
+                         "default: the training programs only, as the bundled model")
     ap.add_argument("--reuse", action="store_true",
                     help="keep models already in --work (finished ones) instead of retraining")
     args = ap.parse_args(argv)
 
     split = json.loads(args.split.read_text())
     missing = []
-    train = shards(args.corpus, split["train"], missing)
+    train = shards(args.corpus, split["train"], missing, args.generated)
     valid = shards(args.corpus, split.get("valid", []), missing)
     test = shards(args.corpus, split["test"], missing)
     if missing:
@@ -319,7 +326,9 @@ def write_report(args, res, variants, trained, per_model_md, per_program_md, ela
         f"- Data: `{rel(args.corpus)}` (last changed in commit {args.corpus_rev}), "
         f"split `{rel(args.split)}`: {n_train} training, "
         f"{n_valid} validation (early stopping) and {n_test} test programs; the test programs "
-        f"have {kernels} measured kernels, {kernels_ge} of them >= {thr} us."
+        f"have {kernels} measured kernels, {kernels_ge} of them >= {thr} us. "
+        + ("The generated kernels of the split's train list are in the training data."
+           if args.generated else "Training programs only: no generated kernels.")
         + (f" {len(missing)} programs of the split had no measured shard yet and were left "
            f"out." if missing else ""),
         f"- Models: `tpuperf train --gnn G --reduction R --epochs {args.epochs} "
