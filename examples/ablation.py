@@ -204,6 +204,10 @@ def main(argv=None):
     log(f"wrote {args.out} ({elapsed / 60:.1f} min)")
 
 
+# the parts of a `tpuperf eval` result (per program and in its summary) keyed by predictor
+PER_PREDICTOR = ("ge", "all", "program_error")
+
+
 def merge(results):
     """One fusion-task result with the predictors of several `tpuperf eval`
     results on the same data (the baseline, in all of them, once and last)."""
@@ -213,10 +217,10 @@ def merge(results):
         if [p["program"] for p in r["programs"]] != [p["program"] for p in out["programs"]]:
             raise SystemExit("ablation: evaluations of different programs cannot be merged")
         for mine, theirs in zip(out["programs"], r["programs"]):
-            for w in ("ge", "all"):
-                mine[w].update(theirs[w])
-        for w in ("ge", "all"):
-            out["summary"][w].update(r["summary"][w])
+            for w in PER_PREDICTOR:
+                mine.setdefault(w, {}).update(theirs.get(w, {}))
+        for w in PER_PREDICTOR:
+            out["summary"].setdefault(w, {}).update(r["summary"].get(w, {}))
     out["predictors"] = labels + ["baseline"]
     return out
 
@@ -228,10 +232,10 @@ def select(res, rename):
     out = json.loads(json.dumps(res))
     out["predictors"] = [rename[lab] for lab in res["predictors"] if lab in rename]
     for p in out["programs"]:
-        for w in ("ge", "all"):
-            p[w] = {rename[k]: v for k, v in p[w].items() if k in rename}
-    for w in ("ge", "all"):
-        out["summary"][w] = {rename[k]: v for k, v in out["summary"][w].items() if k in rename}
+        for w in PER_PREDICTOR:
+            p[w] = {rename[k]: v for k, v in p.get(w, {}).items() if k in rename}
+    for w in PER_PREDICTOR:
+        out["summary"][w] = {rename[k]: v for k, v in out["summary"].get(w, {}).items() if k in rename}
     return out
 
 
