@@ -346,10 +346,10 @@ def write_report(args, res, variants, trained, per_model_md, per_program_md, ela
         "coefficient per kernel kind + a fixed cost per kernel).",
         f"- Metrics (`tpuperf eval`): per test program, MAPE and Kendall's tau-b of kernel "
         f"runtimes on kernels >= {thr} us and on all kernels; then the median and mean over "
-        f"the {n_test} programs. On XLA:CPU every kernel pays a few microseconds of dispatch "
-        f"(the fastest test kernel takes {args.fastest_us:.1f} us, and the paper's 5 us "
-        f"threshold would leave out only {args.under_5us:.0f}% of them); {thr} us keeps the "
-        f"kernels whose runtime is not mostly dispatch overhead.",
+        f"the {n_test} programs. The paper's 5 us threshold would leave out "
+        f"{args.under_5us:.0f}% of the test kernels (the fastest takes "
+        f"{args.fastest_us:.2f} us); {thr} us keeps the kernels whose time is well above "
+        f"the timer's resolution and the noise of the smallest kernels.",
         "- Scale: thousands of kernels and minutes of training per model, against the "
         "paper's millions of kernels; differences smaller than the seed spread mean nothing.",
         "",
