@@ -23,7 +23,7 @@ def cli(models, output, name, quiet):
     members' forward passes. Averaging a few seeds smooths the error one
     seed's training leaves: on the random split's validation programs,
     three seeds of the bundled model's settings gave a lower median MAPE
-    than any one of them (README, "Accuracy").
+    than any one of them (README, "The bundled model").
 
     \b
     Examples:

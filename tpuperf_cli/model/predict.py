@@ -257,10 +257,11 @@ def combine_models(paths: Sequence[str], name: str | None = None) -> dict:
                        "data?)", "target": "targets (measured on other machines)"}.get(field, field + "s")
                 raise TpuperfError(f"model {path}: cannot join {first_path} in an ensemble: their "
                                    f"{why} differ")
-    states = [s for path, d in dicts for s in member_states(d, path)]
+    per_file = [member_states(d, path) for path, d in dicts]
+    states = [s for file_states in per_file for s in file_states]
     stem = name or str(first["name"]).rsplit("-", 1)[0]
-    members_info = [{"file": path, "name": d["name"], "members": len(member_states(d, path)),
-                     "trained": d.get("trained")} for path, d in dicts]
+    members_info = [{"file": path, "name": d["name"], "members": len(file_states),
+                     "trained": d.get("trained")} for (path, d), file_states in zip(dicts, per_file)]
     out = {k: v for k, v in first.items() if k not in ("state_dict", "members")}
     out.update(version=2, name=f"{stem}-{ensemble_digest(states)}", state_dict=states[0],
                members=states[1:],
@@ -394,11 +395,9 @@ def _check_fields(d, path):
 
 def build(d: dict, path: str = "model", device: str = "cpu") -> Model:
     """A Model from a model dict (the DGL network)."""
-    from tpuperf_cli.model.net import Net, NetConfig
+    from tpuperf_cli.model.net import EnsembleNet, Net, NetConfig
 
     _check_fields(d, path)
-    from tpuperf_cli.model.net import EnsembleNet
-
     try:
         cfg = NetConfig.from_dict(d["config"])
         nets = []
@@ -420,8 +419,12 @@ def build(d: dict, path: str = "model", device: str = "cpu") -> Model:
         raise TpuperfError(f"model {path}: bad model file (scaling has {scaler.width} features, "
                            f"network expects {cfg.in_features})")
     net.to(device)
-    meta = {k: v for k, v in d.items() if k not in ("state_dict", "members")}
-    return Model(net, scaler, meta, path, device)
+    return Model(net, scaler, _meta(d), path, device)
+
+
+def _meta(d: dict) -> dict:
+    """A model dict without its weights: what Model.meta keeps."""
+    return {k: v for k, v in d.items() if k not in ("state_dict", "members")}
 
 
 def _weights_mismatch(expected, got, most=3):
@@ -514,8 +517,7 @@ def _load_numpy(path: str, required: bool) -> Model | None:
         if required:
             return _numpy_refuses(path, read_model_file(path), e)
         return None
-    meta = {k: v for k, v in d.items() if k not in ("state_dict", "members")}
-    return Model(net, scaler, meta, path, "cpu")
+    return Model(net, scaler, _meta(d), path, "cpu")
 
 
 def _numpy_refuses(path, d, why=None):
