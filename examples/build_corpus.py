@@ -96,8 +96,10 @@ GRAPH_LIMIT = 30 * 1024 * 1024
 # kernels per measured shard of generated kernels
 CHUNK = 4000
 # how many kernels each source adds (--plan overrides): with the programs'
-# 6,835, over 100,000 distinct
-PLAN = {"ops": 50000, "fusions": 30000, "sweeps": 25000}
+# 6,835, 102,728 distinct. ops is the cheapest source to generate (a few
+# hundred kernels a second); fusions and sweeps compile every candidate
+# with XLA first (about 20 a second each)
+PLAN = {"ops": 72000, "fusions": 12000, "sweeps": 12000}
 SOURCES = tuple(PLAN)
 # generated kernels are measured nearest-to-the-programs first, so that a
 # build cut short holds the most useful ones
@@ -127,13 +129,16 @@ def load_programs(only=None):
 def _write_atomic(records_pipe, dest, compact=False):
     """Copy a record stream (a pipe) into dest (.zst), atomically. compact:
     samples rounded to whole nanoseconds (msgpack then stores small ints,
-    not 9-byte floats: most of a compressed kernel record otherwise)."""
+    not 9-byte floats: most of a compressed kernel record otherwise).
+    zstd level 19: the shards are committed, and the checkout must stay
+    small enough to carry (19 makes kernel shards about a quarter smaller
+    than a pipe's 10)."""
     sys.path.insert(0, str(ROOT))
     from tpuperf_cli.stream import RecordWriter, read_records
 
     tmp = dest.with_suffix(".tmp")
     n = 0
-    with RecordWriter(str(tmp), compress=True) as w:
+    with RecordWriter(str(tmp), compress=True, level=19) as w:
         for r in read_records(records_pipe, name=str(dest)):
             if compact and isinstance(r.get("runs"), list):
                 r["runs"] = [round(x) for x in r["runs"]]
