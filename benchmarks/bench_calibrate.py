@@ -28,6 +28,8 @@ calibrated <= 0.5x bundled and <= 20%, and within 1.25x of scratch.
     .venv/bin/python benchmarks/bench_calibrate.py                  # 10 minutes
     .venv/bin/python benchmarks/bench_calibrate.py --budget 3m --test-kernels 80
     .venv/bin/python benchmarks/bench_calibrate.py --scratch-model here.pt
+    # an older corpus and the model trained on it (another machine's)
+    .venv/bin/python benchmarks/bench_calibrate.py --corpus old/graphs --model old.pt
 
 The test kernels' timing is not part of the budget (it is printed apart).
 """
@@ -55,7 +57,11 @@ def main():
     ap.add_argument("--test-seconds", type=float, default=300,
                     help="at most this long timing the test kernels")
     ap.add_argument("--split", default=str(ROOT / "examples" / "splits" / "manual.json"))
-    ap.add_argument("--corpus", default=str(ROOT / "examples" / "corpus" / "graphs"))
+    ap.add_argument("--corpus", default=str(ROOT / "examples" / "corpus" / "graphs"),
+                    help="graph shards calibrate chooses from; its machine is the target in "
+                         "manifest.json of the directory above (default: the checkout's corpus)")
+    ap.add_argument("--model", default=None,
+                    help="the base model, trained on --corpus's machine (default: the bundled one)")
     ap.add_argument("--cache-dir", default=None, help="measure's cache (default: measure's)")
     ap.add_argument("--scratch-model", default=None,
                     help="a model trained from scratch on the whole corpus measured here")
@@ -79,7 +85,7 @@ def main():
         print(msg, file=sys.stderr, flush=True)
 
     here = machine_target()
-    manifest = json.load(open(ROOT / "examples" / "corpus" / "manifest.json"))
+    manifest = json.load(open(Path(args.corpus).resolve().parent / "manifest.json"))
     differs = same_machine(here, manifest["target"])
     differs = [k for k in differs if k in ("platform", "chip", "cpu", "caches")]
     cpu = here.get("cpu", {})
@@ -136,12 +142,13 @@ def main():
     # 2. calibrate, its budget all included, the test programs left out
     out = tempfile.NamedTemporaryFile(suffix=".pt", delete=False).name
     opts = cal.Options(budget_s=budget_s, out=out, cache_dir=args.cache_dir, corpus=args.corpus,
-                       samples=args.samples, exclude_programs=tuple(sorted(test_programs)))
+                       samples=args.samples, exclude_programs=tuple(sorted(test_programs)),
+                       model=args.model)
     result = cal.calibrate(opts, log)
 
     # 3. figures on the test set
     rows = {}
-    bundled = load_model(default_model_path())
+    bundled = load_model(args.model or default_model_path())
     rows["bundled"] = cal.figures(bundled.predict_examples(test_examples), truth, groups)
     rows[f"calibrated ({result['method']})"] = cal.figures(
         load_model(out).predict_examples(test_examples), truth, groups)

@@ -444,8 +444,10 @@ def summarize(programs, args, measure_seconds):
         # it takes to time the corpus from scratch (see the README)
         "last_build_measure_seconds": (round(sum(seconds.values()), 1) if seconds
                                        else old.get("last_build_measure_seconds")),
-        # this machine's reference kernels, for `tpuperf machine --check`
-        "reference_kernels": pick_references(measured),
+        # this machine's reference kernels, for `tpuperf machine --check`:
+        # the programs' kernels (the check finds their text through
+        # per_program), never generated ones
+        "reference_kernels": pick_references(r for r in measured if not r.get("source")),
         # bench_measure_noise.py's figures on the machine that measured it
         "measurement_noise": (json.loads(Path(args.noise_report).read_text())
                               if args.noise_report else old.get("measurement_noise")),

@@ -86,3 +86,17 @@ def test_check_without_references_is_a_clear_error(tmp_path):
     p = _run(["machine", "--check", "m.json"], tmp_path)
     assert p.returncode == 1 and "no reference_kernels" in p.stderr.decode()
     assert "Traceback" not in p.stderr.decode()
+
+
+def test_committed_corpus_reference_kernels_resolve():
+    """Every reference kernel of the committed manifest is found with its
+    HLO text, as `tpuperf machine --check examples/corpus` needs (a
+    generated kernel picked as a reference once broke the check)."""
+    from pathlib import Path
+
+    from tpuperf_cli.measure.check import load_references
+
+    corpus = Path(__file__).resolve().parent.parent / "examples" / "corpus"
+    manifest, refs = load_references(corpus)
+    assert len(refs) == len(manifest["reference_kernels"]) >= 8
+    assert all(text.startswith("HloModule") for _, text in refs)
