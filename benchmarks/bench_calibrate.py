@@ -57,9 +57,10 @@ def main():
     ap.add_argument("--test-seconds", type=float, default=300,
                     help="at most this long timing the test kernels")
     ap.add_argument("--split", default=str(ROOT / "examples" / "splits" / "manual.json"))
-    ap.add_argument("--corpus", default=str(ROOT / "examples" / "corpus" / "graphs"),
-                    help="graph shards calibrate chooses from; its machine is the target in "
-                         "manifest.json of the directory above (default: the checkout's corpus)")
+    ap.add_argument("--corpus", action="append",
+                    help="graph shards calibrate chooses from, repeatable; the test programs' "
+                         "shards and the corpus's machine (manifest.json of the directory "
+                         "above) come from the first (default: the checkout's corpus)")
     ap.add_argument("--model", default=None,
                     help="the base model, trained on --corpus's machine (default: the bundled one)")
     ap.add_argument("--cache-dir", default=None, help="measure's cache (default: measure's)")
@@ -85,7 +86,8 @@ def main():
         print(msg, file=sys.stderr, flush=True)
 
     here = machine_target()
-    manifest = json.load(open(Path(args.corpus).resolve().parent / "manifest.json"))
+    corpus = args.corpus or [str(ROOT / "examples" / "corpus" / "graphs")]
+    manifest = json.load(open(Path(corpus[0]).resolve().parent / "manifest.json"))
     differs = same_machine(here, manifest["target"])
     differs = [k for k in differs if k in ("platform", "chip", "cpu", "caches")]
     cpu = here.get("cpu", {})
@@ -102,10 +104,10 @@ def main():
         print(f"  not the corpus's CPU (differs in {', '.join(differs)})")
 
     test_programs = set(load_split(args.split)["test"])
-    shards = cal.corpus_shards(args.corpus)
+    shards = cal.corpus_shards(corpus[0])
     test_shards = [s for s in shards if Path(s).name.split(".")[0] in test_programs]
     if not test_shards:
-        sys.exit(f"bench_calibrate: no shard of the test programs of {args.split} in {args.corpus}")
+        sys.exit(f"bench_calibrate: no shard of the test programs of {args.split} in {corpus[0]}")
 
     # 1. the test kernels, timed here (through the cache)
     t0 = time.monotonic()
@@ -141,7 +143,8 @@ def main():
 
     # 2. calibrate, its budget all included, the test programs left out
     out = tempfile.NamedTemporaryFile(suffix=".pt", delete=False).name
-    opts = cal.Options(budget_s=budget_s, out=out, cache_dir=args.cache_dir, corpus=args.corpus,
+    opts = cal.Options(budget_s=budget_s, out=out, cache_dir=args.cache_dir,
+                       corpus=tuple(args.corpus or ()),
                        samples=args.samples, exclude_programs=tuple(sorted(test_programs)),
                        model=args.model)
     result = cal.calibrate(opts, log)
