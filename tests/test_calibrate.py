@@ -210,3 +210,42 @@ def test_generated_kernels_are_candidates_the_model_reads():
     set_sizes(made, load_model(default_model_path()))
     # sized by the model's prediction (without one every size would be -1)
     assert len({c.stratum[1] for c in made}) >= 3
+
+
+def generated_and_program_candidates():
+    records = []
+    for i in range(200):
+        program = f"p{i % 10}" if i < 120 else f"ops:k{i % 7}"
+        records.append({"type": "graph", "hlo": "x", "fingerprint": f"f{i}", "program": program,
+                        "opcode": ["dot", "add"][i % 2]})
+    return [Candidate(r) for r in records]
+
+
+def test_generated_kernels_are_never_held_out_and_come_last():
+    from tpuperf_cli.calibrate import generated, timing_order
+
+    cands = generated_and_program_candidates()
+    held = hold_out(cands, 0.5, seed=0)
+    assert len(held) == 5 and not any(generated(p) for p in held)
+    assert not any(c.held_out for c in cands if generated(c.group))
+    # every kernel is in the order (beyond the 64 per stratum doubt is scored
+    # for), the programs' kernels before any generated one
+    ordered = timing_order(cands, None, seed=0)
+    assert sorted(id(c) for c in ordered) == sorted(id(c) for c in cands)
+    kinds = [generated(c.group) for c in ordered]
+    assert kinds == sorted(kinds) and kinds.count(False) == 120
+    # a quick run: at most `pool` per stratum and part
+    assert len(timing_order(cands, None, seed=0, pool=3)) == 3 * 2 * 2
+
+
+def test_generated_kernels_never_validate_the_method():
+    from types import SimpleNamespace
+
+    from tpuperf_cli.calibrate import split_groups
+
+    examples = [SimpleNamespace(program=f"p{i}") for i in range(10)]
+    examples += [SimpleNamespace(program=f"ops:k{i}") for i in range(50)]
+    fit, valid = split_groups(examples, 0.2, seed=0)
+    assert len({e.program for e in valid}) == 2
+    assert all(not e.program.startswith("ops:") for e in valid)
+    assert all(e in fit for e in examples if e.program.startswith("ops:"))

@@ -13,7 +13,10 @@ opcode's kernels are a program "ops:OPCODE" for holding out). They fall
 into strata by kind (the opcode; fusions by fusion kind) and size (the
 decade of the runtime the corpus measured), and the order of timing takes
 one kernel of each stratum in turn, so any prefix of it, the part a budget
-allows, covers every kind and size. Within a stratum
+allows, covers every kind and size. The programs' kernels come first and
+generated kernels (pseudo-programs SOURCE:NAME, from --generate or a
+--corpus of `tpuperf generate` shards) after them, filling the time the
+programs' kernels leave. Within a stratum
 the turns alternate between a random kernel (representative) and the one on
 which the base model is least sure: the largest error of its prediction
 against the corpus's own measurement of the kernel, on the machine it was
@@ -21,10 +24,11 @@ trained for. A kernel the model has not learned where it was trained is
 where its transfer to another machine is least to be trusted; it needs no
 second model or ensemble.
 
-Held out. About a fifth of the corpus's programs (a seeded draw) are held
-out: a kernel belongs to the first of its programs (by name), and the
-kernels of held-out programs are never fitted, only scored, before and after.
-So the figures printed are on programs the adaptation did not see.
+Held out. About a fifth of the corpus's programs (a seeded draw; real
+programs only, never generated kernels) are held out: a kernel belongs to
+the first of its programs (by name), and the kernels of held-out programs
+are never fitted, only scored, before and after. So the figures printed
+are on programs the adaptation did not see.
 
 Adapting. Three methods, each from the base model:
     scale     refit the output scale: log runtime -> a log runtime + b, b the
@@ -36,7 +40,8 @@ Adapting. Three methods, each from the base model:
               at lr 3e-4, the rest frozen
     finetune  scale, then train all weights for a few epochs at a low
               learning rate (1e-4)
-The training kernels are split again by program (a fifth for validation);
+The training kernels are split again by program (a fifth of the real
+programs for validation; generated kernels are always fitted);
 each method's epochs stop at the best validation error, and the method with
 the lowest median per-program MAPE on the validation programs wins (the base
 model competes too, so calibrate never makes a model worse on them). The
@@ -242,17 +247,26 @@ def set_sizes(candidates: list[Candidate], model) -> None:
             c.stratum = (c.stratum[0], size_of(float(p)))
 
 
+def generated(program: str) -> bool:
+    """Whether a program name is a generated kernels' pseudo-program
+    ("ops:dot", "fusions:kLoop": `tpuperf generate`'s SOURCE:NAME)."""
+    return ":" in program
+
+
 def hold_out(candidates: list[Candidate], fraction: float, seed: int) -> list[str]:
     """Mark the kernels of about `fraction` of the programs held out (a
-    kernel belongs to the first of its programs); returns those programs."""
-    programs = sorted({min(c.programs) for c in candidates})
+    kernel belongs to the first of its programs); returns those programs.
+    Only real programs are held out: the figures before and after are
+    those of programs, and a generated kernel is only ever fitted."""
+    for c in candidates:
+        c.group = min(c.programs)
+    programs = sorted({c.group for c in candidates if not generated(c.group)})
     rng = random.Random(seed)
     n = int(round(fraction * len(programs))) if fraction > 0 else 0
     if fraction > 0 and len(programs) >= 2:
         n = min(max(n, 1), len(programs) - 1)
     held = set(rng.sample(programs, n)) if n else set()
     for c in candidates:
-        c.group = min(c.programs)
         c.held_out = c.group in held
     return sorted(held)
 
@@ -306,6 +320,27 @@ def order(candidates: list[Candidate], seed: int, pool: int | None = None) -> li
         rng.shuffle(row)
         out.extend(row)
         depth += 1
+
+
+def timing_order(candidates: list[Candidate], model, seed: int, pool: int | None = None
+                 ) -> list[Candidate]:
+    """The order calibrate times kernels in (after hold_out): the programs'
+    kernels first, then the generated ones, which fill the time the
+    programs' kernels leave and displace none of them. In each part, order()
+    over a pool of 64 kernels per stratum, scored for doubt with `model`
+    (a prediction per kernel costs time), then the rest of the part, strata
+    still in turn. pool: only that many per stratum, no rest (a quick run)."""
+    ordered = []
+    for part in ([c for c in candidates if not generated(c.group)],
+                 [c for c in candidates if generated(c.group)]):
+        rough = order(part, seed, pool=pool or 64)
+        score_doubt(rough, model)
+        first = order(rough, seed, pool=pool)
+        ordered += first
+        if pool is None:
+            taken = {id(c) for c in first}
+            ordered += order([c for c in part if id(c) not in taken], seed)
+    return ordered
 
 
 # ---------------------------------------------------------------- measuring
@@ -500,8 +535,11 @@ def all_params(net):
 
 
 def split_groups(examples, fraction, seed):
-    """(fit, valid) by program: about `fraction` of the programs to valid."""
-    programs = sorted({e.program for e in examples})
+    """(fit, valid) by program: about `fraction` of the programs to valid.
+    Only real programs validate (generated kernels are always fitted): the
+    method is chosen for programs, and a few hundred generated single
+    operations would otherwise outvote them."""
+    programs = sorted({e.program for e in examples if not generated(e.program)})
     if len(programs) < 3 or fraction <= 0:
         return examples, []
     rng = random.Random(seed + 1)
@@ -616,10 +654,7 @@ def calibrate(opts: Options, log) -> dict:
         raise TpuperfError(f"no kernels with hlo text in {len(shards)} corpus shard(s)")
     held_programs = hold_out(candidates, opts.holdout, opts.seed)
     pool = None if opts.max_kernels is None else max(2, opts.max_kernels)
-    # doubt needs a prediction per kernel: for a large corpus only a pool per stratum
-    rough = order(candidates, opts.seed, pool=pool or 64)
-    score_doubt(rough, base_fast)
-    ordered = order(rough, opts.seed, pool=pool)
+    ordered = timing_order(candidates, base_fast, opts.seed, pool)
     log(f"calibrate: {len(candidates)} distinct kernel(s) of {len(shards)} shard(s) in "
         f"{len({c.stratum for c in candidates})} strata (kind x size); "
         f"{len(held_programs)} program(s) held out; {clock_text(budget.left())} left")
