@@ -44,7 +44,10 @@ def parse_budget(ctx, param, text):
                    "several [default: examples/corpus/graphs of the checkout].")
 @click.option("--generate", "generate", type=click.IntRange(0), default=0, metavar="N",
               help="Also choose among N kernels of `tpuperf generate --source ops` (single "
-                   "operations of many kinds and sizes, made and featurized here).")
+                   "operations of many kinds and sizes, made and featurized here). Generated "
+                   "kernels, these or a --corpus of generate's shards, are timed after every "
+                   "program kernel, fill the time left, and are always fitted: never held out, "
+                   "never used to choose the method.")
 @click.option("--samples", type=click.IntRange(1), default=15, show_default=True,
               help="Timed samples per kernel (as measure --samples).")
 @click.option("--measure-share", type=click.FloatRange(0.05, 0.95), default=0.6,
