@@ -9,11 +9,14 @@
 # and prints the accuracy on its "test" programs beside the roofline
 # baseline.
 #
-# Seeds 0, 1 and 2, one torch thread each (another thread count can change
-# the last digits), joined by `tpuperf ensemble`. Each run stops on
-# --patience (25 epochs without a better validation loss) or after 150
-# epochs, not on time, so any machine trains the same epochs. The graphs
-# hold the computations kernels call (reducers, comparators...) as nodes.
+# One network, seed 0, one torch thread (another thread count can change
+# the last digits). The run stops on --patience (25 epochs without a
+# better validation loss) or after 300 epochs, not on time, so any machine
+# trains the same epochs (the learning rate decays over the 300). The
+# graphs hold the computations kernels call (reducers, comparators...) as
+# nodes. SEEDS="0 1 2" trains three and joins them with `tpuperf
+# ensemble` (the bundled model was such an ensemble of 150-epoch runs
+# until 2026-11-24; see the comment by SEEDS below).
 #
 # The generated kernels' graphs are not committed: the script builds them
 # first when they are missing (`python examples/build_corpus.py
@@ -51,11 +54,14 @@ OUT=${OUT:-tpuperf_cli/data/default.pt}
 # 0.818 against 0.853, program error 15.9% against 8.5% (it learns to
 # under-estimate, which MAPE punishes less).
 #
-# Three seeds, joined by `tpuperf ensemble` (the geometric mean of their
-# predictions): the seeds differ a lot alone, and together beat each on
-# the validation programs (README, "The bundled model"). Each seed trains
-# on one core, so two run side by side; SEEDS="0" makes a single model.
-SEEDS=${SEEDS:-"0 1 2"}
+# One seed: on the random split's validation programs, seed 0 with the
+# 300-epoch schedule (best epoch 177 of 202) matched the ensemble of three
+# 150-epoch seeds that was bundled before, median MAPE 21.3% both, tau
+# 0.894 against 0.870, program error 11.3% against 9.3%, and predict runs
+# it 1.8x as fast (README, "The bundled model" and "Speed"). SEEDS="0 1 2"
+# trains several, two side by side (one per core), and joins them with
+# `tpuperf ensemble` (the geometric mean of their predictions).
+SEEDS=${SEEDS:-"0"}
 if [ -z "$(ls examples/corpus/graphs/generated/*.zst 2>/dev/null)" ]; then
     $PY examples/build_corpus.py featurize
 fi
@@ -65,7 +71,7 @@ for seed in $SEEDS; do
     TPUPERF_THREADS=1 $PY -m tpuperf_cli train \
         --data 'examples/corpus/graphs/*.zst' --split "$SPLIT" -o "$TMP/seed$seed.pt" --name default \
         --data 'examples/corpus/graphs/generated/*.zst' --generated-share 0.3 \
-        --seed "$seed" --threads 1 --epochs 150 --patience 25 --max-time 7200 --noise-scale 0 \
+        --seed "$seed" --threads 1 --epochs 300 --patience 25 --max-time 7200 --noise-scale 0 \
         --gnn sage --layers 3 --neighbors 20 --reduction column --hidden 64 --opcode-dim 32 \
         --batch-size 64 --lr 1e-3 "$@" &
     # two at a time: one per core of the 2-core machine
