@@ -135,15 +135,30 @@ class Dist:
         """The largest of the ranks' values (e.g. elapsed time: all stop together)."""
         return value if self.world == 1 else max(self.gather(value))
 
-    def close(self, finished: bool = True) -> None:
+    def close(self, finished: bool = True, wait_s: float = 30.0) -> None:
         """Leave the group. After a finished run, first wait for every rank:
         a rank tearing its gloo connections down while rank 0 still writes
         its files could leave a process hanging at exit (seen 1 in 8 runs
-        here without the barrier)."""
+        here without the barrier). Then rank 0, which serves the group's
+        store, stays until every other rank has left the group (at most
+        wait_s): a rank left tearing down against a closed store hung (seen
+        once in a loaded test run, after the barrier)."""
         if self.world > 1:
+            import time
+
             import torch.distributed as dist
+            from torch.distributed.distributed_c10d import _get_default_store
 
             if dist.is_initialized():
+                store = None
                 if finished:
                     dist.barrier()
+                    store = _get_default_store()    # held: it outlives the group
                 dist.destroy_process_group()
+                if store is not None:
+                    if self.rank != 0:
+                        store.add("tpuperf_left", 1)
+                    else:
+                        end = time.monotonic() + wait_s
+                        while store.add("tpuperf_left", 0) < self.world - 1 and time.monotonic() < end:
+                            time.sleep(0.02)
