@@ -166,7 +166,10 @@ def test_ctrl_c_keeps_the_kernels_timed_and_the_next_run_adapts_with_them(tmp_pa
     cache = tmp_path / "cache"
     args = [sys.executable, "-m", "tpuperf_cli", "calibrate", "--budget", "60s", "--samples", "1",
             "--corpus", str(corpus), "--cache-dir", str(cache), "--max-kernels", "3000"]
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # SIGINT as a terminal delivers it: a shell without job control starts
+    # background commands (and so a CI job's) with it ignored
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     rows = 0
     t_end = time.monotonic() + 120
     # at least 2 kernels (the least --max-kernels takes): a fast machine may

@@ -50,15 +50,33 @@ class Cache:
         except OSError as e:
             raise TpuperfError(f"cache directory {directory}: {e.strerror}") from None
         self.path = os.path.join(directory, FILENAME)
-        try:
-            self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(_SCHEMA)
-            columns = {row[1] for row in self._db.execute("PRAGMA table_info(measurement)")}
-            if "noise" not in columns:  # a cache written before noise was kept
-                self._db.execute("ALTER TABLE measurement ADD COLUMN noise REAL")
-        except sqlite3.Error as e:
-            raise TpuperfError(f"cache {self.path}: {e}") from None
+        deadline = time.monotonic() + 60
+        while True:
+            db = None
+            try:
+                db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+                # WAL stays set in the file: only its first user switches it,
+                # which takes the database alone (and is refused at once, not
+                # after the busy timeout, while another process has it open)
+                if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    db.execute("PRAGMA journal_mode=WAL")
+                db.execute(_SCHEMA)
+                columns = {row[1] for row in db.execute("PRAGMA table_info(measurement)")}
+                if "noise" not in columns:  # a cache written before noise was kept
+                    db.execute("ALTER TABLE measurement ADD COLUMN noise REAL")
+                self._db = db
+                return
+            except sqlite3.OperationalError as e:
+                if db is not None:
+                    db.close()
+                # processes opening a new cache together: wait for the first to set it up
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise TpuperfError(f"cache {self.path}: {e}") from None
+                time.sleep(0.1)
+            except sqlite3.Error as e:
+                if db is not None:
+                    db.close()
+                raise TpuperfError(f"cache {self.path}: {e}") from None
 
     def get(self, fingerprint: str, key: str) -> dict | None:
         """The cached entry as a dict (runtime_ns, runs, noise, error,
