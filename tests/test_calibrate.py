@@ -225,17 +225,18 @@ def generated_and_program_candidates():
 
 
 def test_generated_kernels_are_never_held_out_and_come_last():
-    from tpuperf_cli.calibrate import generated, timing_order
+    from tpuperf_cli.calibrate import timing_order
+    from tpuperf_cli.model.data import is_generated
 
     cands = generated_and_program_candidates()
     held = hold_out(cands, 0.5, seed=0)
-    assert len(held) == 5 and not any(generated(p) for p in held)
-    assert not any(c.held_out for c in cands if generated(c.group))
+    assert len(held) == 5 and not any(is_generated(p) for p in held)
+    assert not any(c.held_out for c in cands if is_generated(c.group))
     # every kernel is in the order (beyond the 64 per stratum doubt is scored
     # for), the programs' kernels before any generated one
     ordered = timing_order(cands, None, seed=0)
     assert sorted(id(c) for c in ordered) == sorted(id(c) for c in cands)
-    kinds = [generated(c.group) for c in ordered]
+    kinds = [is_generated(c.group) for c in ordered]
     assert kinds == sorted(kinds) and kinds.count(False) == 120
     # a quick run: at most `pool` per stratum and part
     assert len(timing_order(cands, None, seed=0, pool=3)) == 3 * 2 * 2

@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.model.data import is_generated
 from tpuperf_cli.records import FINGERPRINT, HLO, PROGRAM, RUNTIME_NS, TARGET
 
 METHODS = ("scale", "head", "finetune")
@@ -247,12 +248,6 @@ def set_sizes(candidates: list[Candidate], model) -> None:
             c.stratum = (c.stratum[0], size_of(float(p)))
 
 
-def generated(program: str) -> bool:
-    """Whether a program name is a generated kernels' pseudo-program
-    ("ops:dot", "fusions:kLoop": `tpuperf generate`'s SOURCE:NAME)."""
-    return ":" in program
-
-
 def hold_out(candidates: list[Candidate], fraction: float, seed: int) -> list[str]:
     """Mark the kernels of about `fraction` of the programs held out (a
     kernel belongs to the first of its programs); returns those programs.
@@ -260,7 +255,7 @@ def hold_out(candidates: list[Candidate], fraction: float, seed: int) -> list[st
     those of programs, and a generated kernel is only ever fitted."""
     for c in candidates:
         c.group = min(c.programs)
-    programs = sorted({c.group for c in candidates if not generated(c.group)})
+    programs = sorted({c.group for c in candidates if not is_generated(c.group)})
     rng = random.Random(seed)
     n = int(round(fraction * len(programs))) if fraction > 0 else 0
     if fraction > 0 and len(programs) >= 2:
@@ -331,8 +326,8 @@ def timing_order(candidates: list[Candidate], model, seed: int, pool: int | None
     (a prediction per kernel costs time), then the rest of the part, strata
     still in turn. pool: only that many per stratum, no rest (a quick run)."""
     ordered = []
-    for part in ([c for c in candidates if not generated(c.group)],
-                 [c for c in candidates if generated(c.group)]):
+    for part in ([c for c in candidates if not is_generated(c.group)],
+                 [c for c in candidates if is_generated(c.group)]):
         rough = order(part, seed, pool=pool or 64)
         score_doubt(rough, model)
         first = order(rough, seed, pool=pool)
@@ -539,7 +534,7 @@ def split_groups(examples, fraction, seed):
     Only real programs validate (generated kernels are always fitted): the
     method is chosen for programs, and a few hundred generated single
     operations would otherwise outvote them."""
-    programs = sorted({e.program for e in examples if not generated(e.program)})
+    programs = sorted({e.program for e in examples if not is_generated(e.program)})
     if len(programs) < 3 or fraction <= 0:
         return examples, []
     rng = random.Random(seed + 1)
