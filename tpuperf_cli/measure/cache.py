@@ -66,17 +66,13 @@ class Cache:
                     db.execute("ALTER TABLE measurement ADD COLUMN noise REAL")
                 self._db = db
                 return
-            except sqlite3.OperationalError as e:
+            except sqlite3.Error as e:
                 if db is not None:
                     db.close()
                 # processes opening a new cache together: wait for the first to set it up
                 if "locked" not in str(e) or time.monotonic() > deadline:
                     raise TpuperfError(f"cache {self.path}: {e}") from None
                 time.sleep(0.1)
-            except sqlite3.Error as e:
-                if db is not None:
-                    db.close()
-                raise TpuperfError(f"cache {self.path}: {e}") from None
 
     def get(self, fingerprint: str, key: str) -> dict | None:
         """The cached entry as a dict (runtime_ns, runs, noise, error,
