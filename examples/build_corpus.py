@@ -21,9 +21,10 @@ measurement and makes an interrupted build resume where it stopped. Every
 program's shard keeps all its kernels, repeated ones included.
 
 Generated kernels (`tpuperf generate`, the data engine) join them: the
-`generate` step writes, for each source in turn (ops, then fusions and
-sweeps side by side), and `measure` measures, nearest the programs first
-(fusions, sweeps, ops, so a build cut short has the most useful ones),
+`generate` step writes, for each source in turn (ops, then fusions, sweeps
+and heavy side by side), and `measure` measures, nearest the programs
+first (fusions, sweeps, heavy, ops, so a build cut short has the most
+useful ones),
 
     tpuperf generate --source S --seed SEED --limit N [programs]
         --exclude <every kernel shard so far>                 ->  .work/S.zst
@@ -38,8 +39,9 @@ changed is measured again, its kernels already timed coming from the cache.
 fusions and sweeps draw only from programs in the "train" list of every
 split file (split.train_in_all), so nothing made from a valid or test
 program enters training; the split files' train lists hold "ops:*",
-"fusions:*" and "sweeps:*", the pseudo-programs of generated records
-(program "ops:OPCODE", "fusions:ORIGIN", "sweeps:SWEPT"). Every kernel
+"fusions:*", "sweeps:*" and "heavy:*", the pseudo-programs of generated
+records (program "ops:OPCODE", "fusions:ORIGIN", "sweeps:SWEPT",
+"heavy:OPCODE"). Every kernel
 already in a shard (the programs' too) is excluded, so a generated kernel
 is never a test program's kernel either. Chunks already measured are kept;
 an interrupted chunk resumes from measure's cache.
@@ -98,12 +100,13 @@ CHUNK = 4000
 # how many kernels each source adds (--plan overrides): with the programs'
 # 6,835, 102,728 distinct. ops is the cheapest source to generate (a few
 # hundred kernels a second); fusions and sweeps compile every candidate
-# with XLA first (about 20 a second each)
-PLAN = {"ops": 72000, "fusions": 12000, "sweeps": 12000}
+# with XLA first (about 20 a second each). heavy's large convolutions and
+# dots take longest to measure per kernel
+PLAN = {"ops": 72000, "fusions": 12000, "sweeps": 12000, "heavy": 4000}
 SOURCES = tuple(PLAN)
 # generated kernels are measured nearest-to-the-programs first, so that a
 # build cut short holds the most useful ones
-MEASURE_ORDER = ("fusions", "sweeps", "ops")
+MEASURE_ORDER = ("fusions", "sweeps", "heavy", "ops")
 
 
 def tool(name):
@@ -246,7 +249,7 @@ def _planned_kernels(source):
 def generate_command(source, limit, args):
     """The tpuperf generate command writing .work/SOURCE.tmp.zst: it
     excludes every program kernel and the kernels of the sources before
-    it in SOURCES (fusions and sweeps run side by side after ops)."""
+    it in SOURCES (fusions, sweeps and heavy run side by side after ops)."""
     cmd = tool("generate") + ["--source", source, "--seed", str(args.seed), "--limit", str(limit),
                               "-q", "-o", str(WORK / f"{source}.tmp.zst")]
     if source in ("fusions", "sweeps"):
@@ -261,14 +264,14 @@ def generate_command(source, limit, args):
 
 def generate_all(plan, args):
     """.work/SOURCE.zst (unmeasured kernel records) for each planned source
-    not generated yet: ops first, then fusions and sweeps in parallel (each
-    compiles with XLA on its own core)."""
+    not generated yet: ops first, then fusions, sweeps and heavy in
+    parallel (each compiles with XLA)."""
     WORK.mkdir(parents=True, exist_ok=True)
     # a source whose chunks hold fewer kernels than planned is generated
     # again, whole: the same seed gives the kernels it has first (ops), and
     # measure's cache times none of them twice
     todo = [s for s in SOURCES if plan.get(s, 0) > 0 and _planned_kernels(s) < plan[s]]
-    for wave in (["ops"], ["fusions", "sweeps"]):
+    for wave in (["ops"], ["fusions", "sweeps", "heavy"]):
         running = {}
         for source in wave:
             if source in todo:

@@ -1249,7 +1249,7 @@ def setup_jax():
 MANUAL_TEST_FAMILIES = ("gpt", "gru", "wavenet", "sepconv")
 MANUAL_VALID_FAMILIES = ("autoenc", "moe", "gnn")
 SPLIT_SEED = 0
-GENERATED_PROGRAMS = ("fusions:*", "ops:*", "sweeps:*")
+GENERATED_PROGRAMS = ("fusions:*", "heavy:*", "ops:*", "sweeps:*")
 
 
 def make_splits(programs):

@@ -77,7 +77,7 @@ def test_splits_partition_programs(kind):
         assert split[part], f"{kind}: empty {part}"
         seen += [n for n in split[part] if ":" not in n]
     # generated kernels' pseudo-programs: training only
-    assert sorted(n for n in split["train"] if ":" in n) == ["fusions:*", "ops:*", "sweeps:*"]
+    assert sorted(n for n in split["train"] if ":" in n) == ["fusions:*", "heavy:*", "ops:*", "sweeps:*"]
     assert len(seen) == len(set(seen)), f"{kind}: a program is in two parts"
     assert set(seen) == names, f"{kind}: split does not cover every program exactly once"
 

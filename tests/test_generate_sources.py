@@ -1,16 +1,19 @@
-"""tpuperf generate's fusions and sweeps sources: kernel records drawn from
-programs (fusion groups XLA:CPU makes one kernel of) and from the example
-programs rebuilt at other sizes."""
+"""tpuperf generate's fusions, sweeps and heavy sources: kernel records
+drawn from programs (fusion groups XLA:CPU makes one kernel of), from the
+example programs rebuilt at other sizes, and large convolutions and dots."""
 
 import itertools
+import random
+import re
 from pathlib import Path
 
 import pytest
 
 from tpuperf_cli.errors import TpuperfError
-from tpuperf_cli.generate import fusions, source, sweeps
+from tpuperf_cli.generate import driver, fusions, heavy, ops, source, sweeps
 from tpuperf_cli.hlo.compilable import compilable_module
 from tpuperf_cli.hlo.compile import optimize
+from tpuperf_cli.hlo.cost import kernel_cost
 from tpuperf_cli.hlo.parser import parse_module
 from tpuperf_cli.hlo.split import find_kernels, module_fingerprint
 from tpuperf_cli.records import (
@@ -51,6 +54,7 @@ def assert_one_kernel(record):
 def test_sources_are_registered():
     assert source("fusions") is fusions.generate
     assert source("sweeps") is sweeps.generate
+    assert source("heavy") is heavy.generate
 
 
 def test_fusions_records_are_single_kernels_and_deterministic():
@@ -209,3 +213,54 @@ def test_train_in_all_splits(tmp_path):
     assert train_in_all([str(a), str(b)]) == ["y", "z"]
     real = train_in_all(sorted(str(p) for p in (EX / "splits").glob("*.json")))
     assert "mlp_s_train" in real and "gpt_s_train" not in real
+
+
+# ---------------------------------------------------------------- heavy
+
+def test_heavy_records_are_large_f32_convolutions_and_dots():
+    first = [r for r in take(heavy.generate(0, [], print), 8) if not isinstance(r, str)]
+    again = [r for r in take(heavy.generate(0, [], print), 8) if not isinstance(r, str)]
+    assert [r[FINGERPRINT] for r in first] == [r[FINGERPRINT] for r in again]
+    assert len(first) >= 6
+    for r in first:
+        module = parse_module(r[HLO], "record")
+        flops = kernel_cost(module)["flops"]
+        assert (r[SOURCE], r[PROGRAM]) == ("heavy", f"heavy:{r['opcode']}")
+        assert r["opcode"] in ("convolution", "dot")
+        # the source's range; XLA:CPU may drop a dilation's empty taps
+        assert heavy.FLOPS[0] / 4 <= flops <= heavy.FLOPS[1], (flops, r[HLO])
+        assert "f16" not in r[HLO] and "f64" not in r[HLO]
+    assert {r["opcode"] for r in first} == {"convolution", "dot"}
+    assert_one_kernel(first[0])
+
+
+def test_heavy_windows_are_dilated_like_a_frameworks():
+    """Dilations beyond ops' 2, pads that frameworks write (none, same or
+    causal), and filter gradients' whole windows, with no lhs dilation."""
+    g = ops._Gen(random.Random(0))
+    texts = [heavy.DRAWS["convolution"][0](g)[1] for _ in range(300)]
+    dilations = {int(d) for t in texts for m in re.findall(r"rhs_dilate=([0-9x]+)", t)
+                 for d in m.split("x")}
+    assert max(dilations) >= 64
+    assert not any("lhs_dilate" in t for t in texts)
+    assert not any("feature_group_count" in t or "batch_group_count" in t for t in texts)
+    causal = [t for t in texts if "size=2 " in t and "rhs_dilate=8}" in t and "pad=8_0" in t]
+    assert causal, "a causal dilated window (WaveNet's form) is among them"
+
+
+def test_ops_source_still_draws_the_committed_corpus():
+    """The ops generators take their sizes from ConvSpace and DotSpace now:
+    their defaults must draw what they drew when the corpus was generated
+    (the first kernels of its ops chunk, seed 0, program kernels
+    excluded)."""
+    from tpuperf_cli.stream import read_records
+
+    corpus = EX / "corpus"
+    committed = list(itertools.islice(
+        read_records(str(corpus / "generated" / "ops-000.zst")), 60))
+    assert {"convolution", "dot"} <= {r["opcode"] for r in committed}
+    exclude = driver.excluded_fingerprints(
+        str(p) for p in sorted((corpus / "kernels").glob("*.zst")))
+    drawn = [r[FINGERPRINT] for r in driver.run(["ops"], 0, [], 60, exclude, lambda m: None,
+                                                driver.Summary())]
+    assert drawn == [r[FINGERPRINT] for r in committed]

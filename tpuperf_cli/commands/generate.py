@@ -57,6 +57,12 @@ candidate each):
            and split; needs a checkout (examples/make_programs.py). Ends
            when every point of the grid is built. Records: program
            sweeps:..., origin the example program.
+  heavy    large f32 convolutions (1-D and 2-D) and dots, 3e6 to 2e9
+           flops, beyond ops' cap: up to 512 features, windows dilated up
+           to 512 with the pads frameworks write (none, same, causal), and
+           filter gradients' whole-input windows; compiled by XLA:CPU first,
+           as ops' are. Draws from no programs and never ends. Records:
+           program heavy:convolution or heavy:dot.
 
 A source whose module this build lacks is refused with "source NAME is
 not available in this build".

@@ -35,6 +35,7 @@ SOURCES = {
     "fusions": "fusions",
     "sweeps": "sweeps",
     "ops": "ops",
+    "heavy": "heavy",
 }
 
 

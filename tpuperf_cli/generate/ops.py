@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.generate import Failed, kernel_record, kernel_records_of
@@ -649,16 +650,30 @@ def _reduce(g: _Gen):
                              f"dimensions={{{','.join(map(str, axes))}}}, to_apply={red}")
 
 
-def _window(g: _Gen, dims, allow_dilation=True):
-    """(window attribute, output dims) of a random valid window over dims."""
+def _window(g: _Gen, dims, allow_dilation=True, lhs_dilations=(1, 1, 1, 2),
+            rhs_dilations=(1, 1, 1, 2), sizes=(1, 2, 3, 3, 5, 7), whole_p=0.0,
+            framework_pads=False):
+    """(window attribute, output dims) of a random valid window over dims;
+    each dim's size drawn from sizes, or with probability whole_p as large
+    as the dim (a filter gradient's window), its dilations from the tuples
+    (when allow_dilation). framework_pads: pads as frameworks write them
+    around a dilated window (none, 'same' or causal) instead of random ones
+    under the window's size."""
     size, stride, pad, ld, rd, out = [], [], [], [], [], []
     for d in dims:
-        k = g.choice((1, 2, 3, 3, 5, 7)) if d > 1 else 1
+        whole = bool(whole_p) and d > 1 and g.rand() < whole_p
+        k = (d if whole else g.choice(sizes)) if d > 1 else 1
         k = min(k, d)
         s = g.choice((1, 1, 2, 3)) if g.rand() < 0.7 else k
         lo, hi = (g.randint(0, k - 1), g.randint(0, k - 1)) if g.rand() < 0.4 else (0, 0)
-        l = g.choice((1, 1, 1, 2)) if allow_dilation else 1
-        r_ = g.choice((1, 1, 1, 2)) if allow_dilation else 1
+        l = g.choice(lhs_dilations) if allow_dilation else 1
+        r_ = g.choice(rhs_dilations) if allow_dilation and not whole else 1
+        if whole:       # a filter gradient: stride 1, padded to a small filter's size
+            s, pad_k = 1, g.choice(sizes) - 1
+            lo, hi = pad_k // 2, pad_k - pad_k // 2
+        elif framework_pads:
+            span_k = (k - 1) * r_
+            lo, hi = g.choice(((0, 0), (span_k // 2, span_k - span_k // 2), (span_k, 0)))
         span = (d - 1) * l + 1 + lo + hi
         kd = (k - 1) * r_ + 1
         if span < kd:
@@ -757,23 +772,64 @@ def _topk(g: _Gen, custom=False):
 
 # ---------------------------------------------------------------- linear algebra
 
-def _dot(g: _Gen):
-    kind = g.choice(("f32", "f32", "bf16", "f16", "s8", "bf16->f32", "f64"))
+@dataclass(frozen=True)
+class DotSpace:
+    """Where _dot draws from: the tuples are choices (repeats weigh), sizes
+    the largest product of a group of dims, flops the range accepted for the
+    canonical case (f32, at most one batch dim; the others are capped at
+    SLOW_FLOPS / 2, XLA:CPU's naive loop)."""
+    kinds: tuple = ("f32", "f32", "bf16", "f16", "s8", "bf16->f32", "f64")
+    batch_ranks: tuple = (0, 0, 1, 1, 2)
+    batch: int = 64
+    free: int = 4096
+    contracting: int = 8192
+    flops: tuple = (MIN_FLOPS, MAX_FLOPS / 2)
+    tries: int = 60
+
+
+@dataclass(frozen=True)
+class ConvSpace:
+    """Where _convolution draws from, as DotSpace for dots; flops the range
+    for the Eigen path (plain f32 1-D/2-D), the naive loop's capped at
+    naive_flops."""
+    spatial_ranks: tuple = (1, 2, 2, 2, 3)
+    dtypes: tuple = ("f32", "f32", "f32", "bf16", "f16")
+    groups: tuple = (1, 1, 1, 2, 4, "depthwise")
+    batch_groups: tuple = (1,) * 8 + (2, 4)
+    batch: int = 32
+    features: int = 256
+    spatial: dict = field(default_factory=lambda: {1: 1 << 14, 2: 1 << 14, 3: 1 << 15})
+    lhs_dilations: tuple = (1, 1, 1, 2)
+    rhs_dilations: tuple = (1, 1, 1, 2)
+    window_sizes: tuple = (1, 2, 3, 3, 5, 7)
+    whole_window_p: float = 0.0          # see _window
+    framework_pads: bool = False
+    min_features: int = 1
+    flops: tuple = (MIN_FLOPS / 10, MAX_FLOPS / 2)
+    naive_flops: float = 2e6
+    tries: int = 50
+
+
+def _dot(g: _Gen, space: DotSpace = DotSpace()):
+    kind = g.choice(space.kinds)
     in_dt, out_dt = {"s8": ("s8", "s32"), "bf16->f32": ("bf16", "f32")}.get(kind, (kind, kind))
-    nb = g.choice((0, 0, 1, 1, 2))
+    nb = g.choice(space.batch_ranks)
     nlf, nrf = g.choice((1, 1, 1, 0, 2)), g.choice((1, 1, 1, 0, 2))
     nc = g.choice((1, 1, 1, 2))
-    for _ in range(60):
-        b = g.dims(nb, 64)
-        lf, rf, c = g.dims(nlf, 4096), g.dims(nrf, 4096), g.dims(nc, 8192)
+    for _ in range(space.tries):
+        b = g.dims(nb, space.batch)
+        lf, rf = g.dims(nlf, space.free), g.dims(nrf, space.free)
+        c = g.dims(nc, space.contracting)
         flops = 2 * math.prod(b) * math.prod(lf) * math.prod(rf) * math.prod(c)
         nbytes = (math.prod(b) * (math.prod(lf) * math.prod(c) + math.prod(rf) * math.prod(c))
                   * BYTES[in_dt] + math.prod(b + lf + rf) * BYTES[out_dt])
         canonical = in_dt == "f32" and nb <= 1
-        if MIN_FLOPS <= flops <= (MAX_FLOPS / 2 if canonical else SLOW_FLOPS / 2) \
-                and nbytes <= MAX_BYTES:
+        lo, hi = space.flops if canonical else (space.flops[0], SLOW_FLOPS / 2)
+        if lo <= flops <= hi and nbytes <= MAX_BYTES:
             break
     else:
+        if space != DotSpace():
+            raise ValueError("no dot of the space's size found")     # its caller draws again
         b, lf, rf, c = [2] * nb, [32] * nlf, [32] * nrf, [64] * nc      # 1e5 to 1e8 flops
     # lhs dims: batch, free, contracting in a random order (batch first mostly)
     lhs_axes = [("b", k) for k in range(nb)] + [("f", k) for k in range(nlf)] + \
@@ -807,22 +863,26 @@ def _dot(g: _Gen):
     return "dot", op.text(g.shape(out_dt, out), "dot", [lhs, rhs], ", ".join(attrs))
 
 
-def _convolution(g: _Gen):
-    nsp = g.choice((1, 2, 2, 2, 3))
-    dt = g.choice(("f32", "f32", "f32", "bf16", "f16"))
+def _convolution(g: _Gen, space: ConvSpace = ConvSpace()):
+    nsp = g.choice(space.spatial_ranks)
+    dt = g.choice(space.dtypes)
     sp = "012"[:nsp]
-    for _ in range(50):
-        groups = g.choice((1, 1, 1, 2, 4, "depthwise"))
-        bgroups = g.choice((1,) * 8 + (2, 4)) if groups == 1 else 1
-        n = g.logint(1, 32) * bgroups
-        cin = g.logint(1, 256)
+    for _ in range(space.tries):
+        groups = g.choice(space.groups)
+        bgroups = g.choice(space.batch_groups) if groups == 1 else 1
+        n = g.logint(1, space.batch) * bgroups
+        cin = g.logint(space.min_features, space.features)
         if groups == "depthwise":
             groups = cin
         else:
             cin = max(groups, (cin // groups) * groups)
-        cout = max(1, g.logint(1, 256) // (groups * bgroups)) * groups * bgroups
-        spatial = g.dims(nsp, {1: 1 << 14, 2: 1 << 14, 3: 1 << 15}[nsp], min_elems=1)
-        attr, out, taps = _window(g, spatial)
+        cout = max(1, g.logint(space.min_features, space.features) // (groups * bgroups)) \
+            * groups * bgroups
+        spatial = g.dims(nsp, space.spatial[nsp], min_elems=1)
+        attr, out, taps = _window(g, spatial, lhs_dilations=space.lhs_dilations,
+                                  rhs_dilations=space.rhs_dilations, sizes=space.window_sizes,
+                                  whole_p=space.whole_window_p,
+                                  framework_pads=space.framework_pads)
         kernel = [int(x) for x in attr.split()[0][5:].split("x")]
         flops = 2 * (n // bgroups) * cout * math.prod(out) * math.prod(kernel) * (cin // groups)
         nbytes = BYTES[dt] * (n * cin * math.prod(spatial) + math.prod(kernel) * cin // groups * cout
@@ -832,9 +892,12 @@ def _convolution(g: _Gen):
         # loop nest two orders of magnitude slower
         naive = (dt != "f32" or nsp == 3 or "lhs_dilate" in attr or bgroups > 1
                  or 1 < groups < cin)
-        if MIN_FLOPS / 10 <= flops <= (2e6 if naive else MAX_FLOPS / 2) and nbytes <= MAX_BYTES:
+        lo, hi = space.flops
+        if lo <= flops <= (space.naive_flops if naive else hi) and nbytes <= MAX_BYTES:
             break
     else:
+        if space != ConvSpace():
+            raise ValueError("no convolution of the space's size found")   # drawn again
         return _dot(g)
     lhs_labels = g.choice((f"b{sp}f", f"bf{sp}", f"{sp}bf"))
     rhs_labels = g.choice((f"{sp}io", f"oi{sp}", f"{sp}oi"))
@@ -1081,6 +1144,15 @@ for _o in ("batch-norm-training", "batch-norm-grad", "real", "imag"):
 COMPILED_FIRST = frozenset({"convolution", "dot"})
 
 
+def compiled_kernels(text: str, opcode: str, source: str) -> list[Record]:
+    """The kernels of XLA:CPU's optimized module of `text` that hold
+    `opcode` (the transposes or copies XLA puts around it are the transpose
+    generator's business), with program "SOURCE:OPCODE"."""
+    return [k for k in kernel_records_of(compile_cpu(text, "<generated op>"), source=source,
+                                         program=f"{source}:{opcode}")
+            if f" {opcode}(" in k["hlo"]]
+
+
 def generate(seed: int, programs: Sequence[str], log: Callable[[str], None]) -> Iterator[Record]:
     """Kernel records of random single-op modules, forever (see the module
     docstring). programs: unused (this source draws from none)."""
@@ -1099,11 +1171,7 @@ def generate(seed: int, programs: Sequence[str], log: Callable[[str], None]) -> 
             if opcode in ("while", "conditional"):
                 yield from kernel_records_of(text, source="ops", program=f"ops:{opcode}")
             elif opcode in COMPILED_FIRST:
-                # the kernels that hold the op (the transposes around it are
-                # the transpose generator's business)
-                yield from (k for k in kernel_records_of(compile_cpu(text, "<generated op>"),
-                                                         source="ops", program=f"ops:{opcode}")
-                            if f" {opcode}(" in k["hlo"])
+                yield from compiled_kernels(text, opcode, "ops")
             else:
                 yield kernel_record(text, source="ops", program=f"ops:{opcode}")
         except TpuperfError as e:

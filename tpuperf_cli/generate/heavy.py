@@ -1,0 +1,69 @@
+"""The `heavy` source: large f32 convolutions and dots, beyond the flop cap
+of the `ops` source, with the windows frameworks write.
+
+A program spends most of its time in a few convolutions and dots. The `ops`
+source keeps each under 1e8 flops so that measuring it stays cheap, draws
+dilations of 1 or 2, pads smaller than the window and windows of at most 7
+taps. Programs have more: a WaveNet's causal 1-D convolutions dilated up
+to 512 and padded by the dilated window's span, and the filter gradients
+of training, whose window is the whole input. The model saw none of those:
+it predicted a WaveNet's dilated convolutions at about 15 GFLOP/s, the rate
+of the corpus's small 1-D convolutions, where they ran at about 60
+(README, "Where the error is").
+
+This source draws as `ops` does (the same generators: random labels,
+layouts, strides and windows) from larger spaces: 3e6 to 2e9 flops, 8 to
+512 features, rhs dilations up to 512, pads of none, 'same' or causal
+around the dilated window, and now and then a window as large as the input
+(stride 1, padded to a small filter's size). Only the Eigen path's forms
+(f32; 1-D or 2-D convolutions without groups or lhs dilation; dots with at
+most one batch dim): XLA:CPU runs the others through a naive loop nest two
+orders of magnitude slower, seconds a run at these sizes. Compiled by
+XLA:CPU first, like `ops`' convolutions and dots.
+
+Records: program "heavy:convolution" or "heavy:dot". Draws from no programs.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator, Sequence
+
+from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.generate import Failed
+from tpuperf_cli.generate.ops import ConvSpace, DotSpace, _convolution, _dot, _Gen, compiled_kernels
+from tpuperf_cli.records import Record
+
+SOURCE_NAME = "heavy"
+FLOPS = (3e6, 2e9)
+CONVOLUTIONS = ConvSpace(
+    spatial_ranks=(1, 1, 2), dtypes=("f32",), groups=(1,), batch_groups=(1,), batch=32,
+    min_features=8, features=512, spatial={1: 1 << 16, 2: 1 << 16}, lhs_dilations=(1,),
+    rhs_dilations=(1, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+    window_sizes=(1, 2, 2, 3, 3, 5, 7), whole_window_p=0.2, framework_pads=True,
+    flops=FLOPS, tries=200)
+DOTS = DotSpace(kinds=("f32",), batch_ranks=(0, 0, 1), free=8192, contracting=16384,
+                flops=FLOPS, tries=200)
+# two convolutions to a dot: their space (ranks, windows, dilations) is larger
+DRAWS = {"convolution": (lambda g: _convolution(g, CONVOLUTIONS), 2),
+         "dot": (lambda g: _dot(g, DOTS), 1)}
+
+
+def generate(seed: int, programs: Sequence[str], log: Callable[[str], None]) -> Iterator[Record]:
+    """Kernel records of large single convolutions and dots, forever (see
+    the module docstring). programs: unused (this source draws from none)."""
+    r = random.Random(f"{SOURCE_NAME}:{seed}")
+    g = _Gen(r)
+    names = list(DRAWS)
+    weights = [DRAWS[n][1] for n in names]
+    while True:
+        picked = r.choices(names, weights)[0]
+        try:
+            opcode, text = DRAWS[picked][0](g)
+        except ValueError as e:         # no shape of the space's size in its tries
+            yield Failed(f"{SOURCE_NAME}:{picked}: {e}")
+            continue
+        try:
+            yield from compiled_kernels(text, opcode, SOURCE_NAME)
+        except TpuperfError as e:
+            yield Failed(f"{SOURCE_NAME}:{opcode}: {e}")
