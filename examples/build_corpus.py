@@ -75,7 +75,9 @@ Rebuilding:
                                                   # is first filled from kernels/*.zst
                                                   # (same target only)
     rm -r examples/corpus/.cache && python examples/build_corpus.py --force
-                                                  # measure everything again
+                                                  # measure everything again (the
+                                                  # generated kernels of .work/, or
+                                                  # else of the committed chunks)
 New programs in programs.json are measured by a plain run (existing kernel
 shards are kept); kernels already in the cache are not timed again.
 """
@@ -285,14 +287,36 @@ def generate_all(plan, args):
             log(f"generate {source}: done in {time.time() - t0:.0f}s")
 
 
-def measure_generated(source, limit, args):
-    """Measure the first `limit` kernels of .work/SOURCE.zst in chunks into
-    generated/SOURCE-NNN.zst; returns the seconds spent timing."""
+def unmeasured_kernels(source):
+    """The generated kernel records of a source, unmeasured: .work/SOURCE.zst
+    (generate's output) or, in a checkout without it, the kernels of the
+    committed chunks with their measurements taken off, in chunk order (so
+    --force on a fresh checkout measures the same kernels again)."""
     sys.path.insert(0, str(ROOT))
-    from tpuperf_cli.stream import RecordWriter, read_records
+    from tpuperf_cli.records import ERROR, NOISE, RUNS, RUNTIME_NS, TARGET
+    from tpuperf_cli.stream import read_records
+
+    work = WORK / f"{source}.zst"
+    if work.exists():
+        return list(read_records(str(work)))
+    records = []
+    for chunk in generated_chunks(source):
+        for r in read_records(str(chunk)):
+            for measured in (RUNTIME_NS, RUNS, NOISE, TARGET, ERROR):
+                r.pop(measured, None)
+            records.append(r)
+    return records
+
+
+def measure_generated(source, limit, args):
+    """Measure the first `limit` kernels of the source (unmeasured_kernels)
+    in chunks into generated/SOURCE-NNN.zst; returns the seconds spent
+    timing."""
+    sys.path.insert(0, str(ROOT))
+    from tpuperf_cli.stream import RecordWriter
 
     GENERATED.mkdir(parents=True, exist_ok=True)
-    records = list(read_records(str(WORK / f"{source}.zst")))[:limit]
+    records = unmeasured_kernels(source)[:limit]
     spent = 0.0
     for k in range(0, len(records), CHUNK):
         dest = GENERATED / f"{source}-{k // CHUNK:03d}.zst"
@@ -564,7 +588,8 @@ def main(argv=None):
         generate_all(plan, args)
     if "measure" in args.steps:
         for source in MEASURE_ORDER:
-            if (WORK / f"{source}.zst").exists() and plan.get(source, 0) > 0:
+            if plan.get(source, 0) > 0 and ((WORK / f"{source}.zst").exists()
+                                            or generated_chunks(source)):
                 seconds[f"generated:{source}"] = measure_generated(source, plan[source], args)
     if "featurize" in args.steps:
         out = args.graphs_dir or CORPUS / "graphs"

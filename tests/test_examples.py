@@ -169,3 +169,29 @@ ENTRY %main (a: f32[4]) -> f32[4] {
     # exponential + fusion in ENTRY, fusion in the body, compare in the condition
     assert n == 4
     assert len(bodies) == 3  # the two tanh fusions are the same kernel
+
+
+def test_a_checkout_without_generates_output_measures_the_committed_chunks_again(
+        tmp_path, monkeypatch):
+    """build_corpus.py --force on a fresh checkout (no .work/) measures the
+    generated kernels again: the committed chunks' kernels, in order, their
+    measurements taken off."""
+    import importlib.util
+
+    from tpuperf_cli.stream import RecordWriter
+
+    spec = importlib.util.spec_from_file_location("build_corpus", EX / "build_corpus.py")
+    bc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bc)
+    monkeypatch.setattr(bc, "WORK", tmp_path / ".work")
+    monkeypatch.setattr(bc, "GENERATED", tmp_path / "generated")
+    (tmp_path / "generated").mkdir()
+    for k in range(2):
+        with RecordWriter(str(tmp_path / "generated" / f"heavy-{k:03d}.zst"), compress=True) as w:
+            for i in range(3):
+                w.write({"fingerprint": f"f{k}{i}", "hlo": "...", "runtime_ns": 5.0,
+                         "runs": [5.0], "noise": 0.1, "target": {"platform": "cpu"}})
+    got = bc.unmeasured_kernels("heavy")
+    assert [r["fingerprint"] for r in got] == ["f00", "f01", "f02", "f10", "f11", "f12"]
+    assert all(set(r) == {"fingerprint", "hlo"} for r in got)
+    assert bc.unmeasured_kernels("ops") == []
