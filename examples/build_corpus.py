@@ -293,7 +293,7 @@ def unmeasured_kernels(source):
     committed chunks with their measurements taken off, in chunk order (so
     --force on a fresh checkout measures the same kernels again)."""
     sys.path.insert(0, str(ROOT))
-    from tpuperf_cli.records import ERROR, NOISE, RUNS, RUNTIME_NS, TARGET
+    from tpuperf_cli.records import MEASURE_FIELDS
     from tpuperf_cli.stream import read_records
 
     work = WORK / f"{source}.zst"
@@ -302,7 +302,7 @@ def unmeasured_kernels(source):
     records = []
     for chunk in generated_chunks(source):
         for r in read_records(str(chunk)):
-            for measured in (RUNTIME_NS, RUNS, NOISE, TARGET, ERROR):
+            for measured in MEASURE_FIELDS:
                 r.pop(measured, None)
             records.append(r)
     return records

@@ -4,8 +4,8 @@
 # Trains on the "train" programs of the committed CPU corpus
 # (examples/corpus/graphs/*.zst: kernels of the example JAX programs,
 # measured with XLA:CPU by examples/build_corpus.py) and on its generated
-# kernels (examples/corpus/graphs/generated/*.zst, drawn as 30% of each
-# epoch), validates on the split's "valid" programs for early stopping,
+# kernels of fusions, ops and sweeps ($GENERATED below, drawn as 30% of
+# each epoch), validates on the split's "valid" programs for early stopping,
 # and prints the accuracy on its "test" programs beside the roofline
 # baseline.
 #

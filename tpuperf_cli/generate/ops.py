@@ -777,7 +777,9 @@ class DotSpace:
     """Where _dot draws from: the tuples are choices (repeats weigh), sizes
     the largest product of a group of dims, flops the range accepted for the
     canonical case (f32, at most one batch dim; the others are capped at
-    SLOW_FLOPS / 2, XLA:CPU's naive loop)."""
+    SLOW_FLOPS / 2, XLA:CPU's naive loop). fall_back: when no draw fits in
+    `tries`, write a small default dot (ops: every call makes a kernel)
+    instead of raising ValueError (its caller draws again)."""
     kinds: tuple = ("f32", "f32", "bf16", "f16", "s8", "bf16->f32", "f64")
     batch_ranks: tuple = (0, 0, 1, 1, 2)
     batch: int = 64
@@ -785,13 +787,14 @@ class DotSpace:
     contracting: int = 8192
     flops: tuple = (MIN_FLOPS, MAX_FLOPS / 2)
     tries: int = 60
+    fall_back: bool = True
 
 
 @dataclass(frozen=True)
 class ConvSpace:
     """Where _convolution draws from, as DotSpace for dots; flops the range
     for the Eigen path (plain f32 1-D/2-D), the naive loop's capped at
-    naive_flops."""
+    naive_flops; fall_back: a dot of ops' space when no draw fits."""
     spatial_ranks: tuple = (1, 2, 2, 2, 3)
     dtypes: tuple = ("f32", "f32", "f32", "bf16", "f16")
     groups: tuple = (1, 1, 1, 2, 4, "depthwise")
@@ -808,6 +811,7 @@ class ConvSpace:
     flops: tuple = (MIN_FLOPS / 10, MAX_FLOPS / 2)
     naive_flops: float = 2e6
     tries: int = 50
+    fall_back: bool = True
 
 
 def _dot(g: _Gen, space: DotSpace = DotSpace()):
@@ -828,8 +832,8 @@ def _dot(g: _Gen, space: DotSpace = DotSpace()):
         if lo <= flops <= hi and nbytes <= MAX_BYTES:
             break
     else:
-        if space != DotSpace():
-            raise ValueError("no dot of the space's size found")     # its caller draws again
+        if not space.fall_back:
+            raise ValueError("no dot of the space's size found")
         b, lf, rf, c = [2] * nb, [32] * nlf, [32] * nrf, [64] * nc      # 1e5 to 1e8 flops
     # lhs dims: batch, free, contracting in a random order (batch first mostly)
     lhs_axes = [("b", k) for k in range(nb)] + [("f", k) for k in range(nlf)] + \
@@ -896,8 +900,8 @@ def _convolution(g: _Gen, space: ConvSpace = ConvSpace()):
         if lo <= flops <= (space.naive_flops if naive else hi) and nbytes <= MAX_BYTES:
             break
     else:
-        if space != ConvSpace():
-            raise ValueError("no convolution of the space's size found")   # drawn again
+        if not space.fall_back:
+            raise ValueError("no convolution of the space's size found")
         return _dot(g)
     lhs_labels = g.choice((f"b{sp}f", f"bf{sp}", f"{sp}bf"))
     rhs_labels = g.choice((f"{sp}io", f"oi{sp}", f"{sp}oi"))
