@@ -15,6 +15,9 @@ Usage::
     .venv/bin/python examples/ablation.py                   # the committed report
     .venv/bin/python examples/ablation.py --epochs 5 --seeds 1 --out /tmp/abl.md
     .venv/bin/python examples/ablation.py --only sage-column,gat-column
+    .venv/bin/python examples/ablation.py --jobs 2 --train-args '--threads 1'   # 2 at once
+
+The report's first line gives the command that wrote it.
 
 Inputs: examples/corpus/graphs/<program>.zst (measured graph shards) and a
 split file (examples/splits/manual.json: {"train": [...], "valid": [...],
@@ -32,11 +35,13 @@ show the seed spread: --seeds 3 --epochs 30 --max-time 180 is bounded by
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime as dt
 import json
 import math
 import os
 import platform
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -125,9 +130,14 @@ def main(argv=None):
                     help="also train on the generated kernels the split's train list names "
                          "(graphs/generated; weigh them with --train-args '--generated-share F'); "
                          "default: the training programs only, as the bundled model")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="models trained at once (one per core: with --train-args "
+                         "'--threads 1'); the default trains one after another")
     ap.add_argument("--reuse", action="store_true",
                     help="keep models already in --work (finished ones) instead of retraining")
     args = ap.parse_args(argv)
+    args.command = " ".join(["examples/ablation.py"] + [shlex.quote(a) for a in (
+        sys.argv[1:] if argv is None else argv)])
 
     split = json.loads(args.split.read_text())
     missing = []
@@ -169,27 +179,35 @@ def main(argv=None):
     eval_cmd = [tool("tpuperf"), "eval", "-b", baseline, "--min-us", args.min_us, "-f", "json"]
     trained = {}   # label -> (variant, seed, model path, train summary)
     results = []   # one `tpuperf eval` result per model, each with the baseline
-    for name, (gnn, reduction, _) in variants.items():
-        for seed in range(args.seeds):
-            label = f"{name}.s{seed}"
-            model = work / f"{label}.pt"
-            logfile = work / f"{label}.log"
-            evalfile = work / f"{label}.eval.json"
-            finished = model.exists() and not Path(str(model) + ".resume").exists()
-            if args.reuse and finished and logfile.exists() and evalfile.exists():
-                log(f"{label}: reusing {model} and its evaluation")
-            else:
-                run([tool("tpuperf"), "train", "--data", str(snap / "*.zst"),
-                     "--split", args.split, "-o", model, "--gnn", gnn, "--reduction", reduction,
-                     "--epochs", args.epochs, "--seed", seed, "--max-time", args.max_time,
-                     "--name", label, *args.train_args.split()], logfile)
-                # evaluated at once, so a later change of the model code cannot strand it
-                evalfile.write_text(run(eval_cmd + ["-m", f"{label}={model}", *test]).stdout)
-            info = model_info(model, logfile)
-            trained[label] = (name, seed, model, info)
-            results.append(json.loads(evalfile.read_text()))
-            log(f"{label}: {info['epochs']} epochs (best {info['best_epoch']}), "
-                f"{info['seconds']:.0f} s")
+
+    def train_and_eval(name, gnn, reduction, seed):
+        label = f"{name}.s{seed}"
+        model = work / f"{label}.pt"
+        logfile = work / f"{label}.log"
+        evalfile = work / f"{label}.eval.json"
+        finished = model.exists() and not Path(str(model) + ".resume").exists()
+        if args.reuse and finished and logfile.exists() and evalfile.exists():
+            log(f"{label}: reusing {model} and its evaluation")
+        else:
+            run([tool("tpuperf"), "train", "--data", str(snap / "*.zst"),
+                 "--split", args.split, "-o", model, "--gnn", gnn, "--reduction", reduction,
+                 "--epochs", args.epochs, "--seed", seed, "--max-time", args.max_time,
+                 "--name", label, *args.train_args.split()], logfile)
+            # evaluated at once, so a later change of the model code cannot strand it
+            evalfile.write_text(run(eval_cmd + ["-m", f"{label}={model}", *test]).stdout)
+        info = model_info(model, logfile)
+        log(f"{label}: {info['epochs']} epochs (best {info['best_epoch']}), "
+            f"{info['seconds']:.0f} s")
+        return label, (name, seed, model, info), json.loads(evalfile.read_text())
+
+    jobs = [(name, gnn, reduction, seed) for name, (gnn, reduction, _) in variants.items()
+            for seed in range(args.seeds)]
+    # --jobs models train side by side (give each one thread: --train-args
+    # '--threads 1'); the results keep the order of the variants and seeds
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for label, entry, result in pool.map(lambda job: train_and_eval(*job), jobs):
+            trained[label] = entry
+            results.append(result)
 
     from tpuperf_cli.eval import report
 
@@ -319,7 +337,7 @@ def write_report(args, res, variants, trained, per_model_md, per_program_md, ela
     lines = [
         "# Model ablation on the CPU corpus (small scale)",
         "",
-        f"Written by `examples/ablation.py` on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC "
+        f"Written by `{args.command}` on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC "
         f"(commit {rev}; {platform.machine()}, {os.cpu_count()} cores shared with other "
         f"work; training took {sum(t[3]['seconds'] for t in trained.values()) / 60:.1f} min of "
         f"model time, this run {elapsed / 60:.1f} min). Rerun the script to update it; do not "

@@ -195,3 +195,28 @@ def test_a_checkout_without_generates_output_measures_the_committed_chunks_again
     assert [r["fingerprint"] for r in got] == ["f00", "f01", "f02", "f10", "f11", "f12"]
     assert all(set(r) == {"fingerprint", "hlo"} for r in got)
     assert bc.unmeasured_kernels("ops") == []
+
+
+def test_ablation_trains_variants_side_by_side_and_reports_them(tmp_path):
+    """examples/ablation.py --jobs 2 on four programs of the corpus: both
+    variants train, are evaluated, and the report names the command."""
+    import subprocess
+    import sys
+
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"train": ["bnmlp_s_train", "mlp_s_train"],
+                                 "valid": ["autoenc_s_train"], "test": ["gpt_s_train"]}))
+    out = tmp_path / "ablation.md"
+    p = subprocess.run([sys.executable, str(EX / "ablation.py"), "--split", str(split),
+                        "--only", "none-column,sage-column", "--epochs", "1", "--max-time", "5",
+                        "--jobs", "2", "--train-args", "--threads 1", "--work",
+                        str(tmp_path / "work"), "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    report = out.read_text()
+    assert "--jobs 2" in report.splitlines()[2]
+    rows = [line for line in report.splitlines() if line.startswith("| sage-column |")
+            or line.startswith("| none-column |")]
+    # in the order of VARIANTS, whichever finished first
+    assert [r.split("|")[1].strip() for r in rows] == ["sage-column", "none-column"]
+    assert (tmp_path / "work" / "sage-column.s0.eval.json").exists()
