@@ -253,3 +253,34 @@ def test_generated_kernels_never_validate_the_method():
     assert len({e.program for e in valid}) == 2
     assert all(not e.program.startswith("ops:") for e in valid)
     assert all(e in fit for e in examples if e.program.startswith("ops:"))
+
+
+def test_fitting_stops_after_patience_epochs_without_a_better_validation_error():
+    """With lr 0 no epoch is better than the start: the fitter stops after
+    `patience` epochs, keeps the start (epoch 0), and does not run to
+    max_epochs although its time is far from spent."""
+    from tpuperf_cli.calibrate import Fitter, all_params
+    from tpuperf_cli.model import default_model_path
+    from tpuperf_cli.model.examples import example
+    from tpuperf_cli.model.predict import build, read_model_file
+
+    records = [r for r in read_records(str(GRAPHS / "mlp_s_train.zst")) if r.get("runtime_ns")]
+    examples = [example(r, i, "measured") for i, r in enumerate(records[:10], 1)]
+    for i, ex in enumerate(examples):
+        ex.program = f"p{i % 2}"
+    train, valid = examples[:6], examples[6:]
+    model = build(read_model_file(default_model_path()), default_model_path())
+    fitted_batches = []
+    batch = model.batch
+
+    def counting(chunk, *a, **k):
+        if all(any(ex is t for t in train) for ex in chunk):
+            fitted_batches.append(len(chunk))
+        return batch(chunk, *a, **k)
+
+    model.batch = counting
+    fitter = Fitter(model, log=lambda m: None, threads=1)
+    _, best_epoch = fitter.train(model, train, valid, all_params, lr=0.0, seconds=600,
+                                 max_epochs=400, patience=3)
+    assert best_epoch == 0
+    assert len(fitted_batches) == 3     # one batch of 6 kernels an epoch, 3 epochs

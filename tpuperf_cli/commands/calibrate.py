@@ -91,8 +91,9 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, measu
     model's MAPE and Kendall tau on them before and after, on stdout.
 
     Adapting: `scale` refits the output scale (log runtime, affine),
-    `head` trains the output head for a few epochs with the rest frozen,
-    `finetune` trains all weights at a low learning rate; the training
+    `head` trains the output head with the rest frozen, `finetune` trains
+    all weights at a low learning rate, each until its share of the time is
+    spent or 20 epochs bring no better validation error; the training
     kernels' programs are split again to pick the method (or the base
     model) with the lowest median per-program MAPE, and the winner is
     refitted on all of them. benchmarks/bench_calibrate.py compares them.
