@@ -236,5 +236,55 @@ def test_agrees_with_xla_on_every_example_kernel():
 
 
 def test_kernel_feature_names():
+    # only ever appended to: models read the first ones they were trained with
     assert KERNEL_FEATURES == ("flops", "transcendentals", "bytes_read", "bytes_written",
-                               "output_bytes")
+                               "output_bytes", "matmul_batch", "matmul_m", "matmul_n",
+                               "matmul_k")
+
+
+def matmul(c):
+    return tuple(c[k] for k in ("matmul_batch", "matmul_m", "matmul_n", "matmul_k"))
+
+
+def test_matmul_shape_of_dots_and_convolutions():
+    # a batched dot: 3 x (8 x 16) . (16 x 4)
+    assert matmul(cost("""HloModule d
+ENTRY e {
+  a = f32[3,8,16]{2,1,0} parameter(0)
+  b = f32[3,16,4]{2,1,0} parameter(1)
+  ROOT d = f32[3,8,4]{2,1,0} dot(a, b), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+}
+""")) == (3, 8, 4, 16)
+    # the convolution above: m = batch 2 x 8 x 38 output positions, n = 5
+    # output features, k = 3 input features x 3 x 3 taps
+    assert matmul(cost(CONV)) == (1, 2 * 8 * 38, 5, 3 * 3 * 3)
+    # grouped: 3 groups of (2 x 9 x 9) x (2 x 9 taps) . (2 outputs)
+    assert matmul(cost("""HloModule g
+ENTRY e {
+  x = f32[2,6,9,9]{3,2,1,0} parameter(0)
+  w = f32[6,2,3,3]{3,2,1,0} parameter(1)
+  ROOT c = f32[2,6,9,9]{3,2,1,0} convolution(x, w), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01, feature_group_count=3
+}
+""")) == (3, 2 * 9 * 9, 2, 2 * 9)
+    # none: zeros
+    assert matmul(cost(FUSION)) == (0, 0, 0, 0)
+
+
+def test_matmul_shape_is_the_largest_dot_inside_a_fusion():
+    c = cost("""HloModule f
+fused {
+  p0 = f32[64,32]{1,0} parameter(0)
+  p1 = f32[32,16]{1,0} parameter(1)
+  p2 = f32[2,32]{1,0} parameter(2)
+  small = f32[2,16]{1,0} dot(p2, p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  big = f32[64,16]{1,0} dot(p0, p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT t = f32[64,16]{1,0} tanh(big)
+}
+ENTRY e {
+  a = f32[64,32]{1,0} parameter(0)
+  b = f32[32,16]{1,0} parameter(1)
+  c = f32[2,32]{1,0} parameter(2)
+  ROOT f = f32[64,16]{1,0} fusion(a, b, c), kind=kOutput, calls=fused
+}
+""")
+    assert matmul(c) == (1, 64, 16, 32)

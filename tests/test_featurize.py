@@ -533,7 +533,7 @@ def test_command_keeps_fields_and_adds_arrays():
     assert arrays["node_opcode"].dtype == np.int32 and arrays["node_opcode"].shape == (3,)
     assert arrays["node_feat"].dtype == np.float32 and arrays["node_feat"].shape == (3, 140)
     assert arrays["edge_index"].dtype == np.int32 and arrays["edge_index"].shape == (2, 2)
-    assert arrays["kernel_feat"].dtype == np.float32 and arrays["kernel_feat"].shape == (5,)
+    assert arrays["kernel_feat"].dtype == np.float32 and arrays["kernel_feat"].shape == (len(KERNEL_FEATURES),)
     assert arrays["config_feat"].tolist() == [0.0] * 24
     assert r["node_feat"]["dtype"] == "<f4" and r["edge_index"]["dtype"] == "<i4"
 

@@ -102,7 +102,15 @@ PROGRAM_FIELDS = (PROGRAM, KERNELS, PRED_NS, COUNT_KNOWN, MODEL, RUNTIME_NS, APE
 
 # TpuGraphs' layout, index for index (features/nodes.py, features/config.py)
 NODE_FEATURES = 140
-KERNEL_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "output_bytes")
+# Kernel features are only ever appended: a model reads the first ones, as
+# many as it was trained with, so records featurized later still serve it.
+# matmul_*: the GEMM a kernel's largest dot or convolution amounts to (batch
+# x (m x k) . (k x n); 0 without one): the shape decides its speed, which
+# flops and bytes alone do not
+KERNEL_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "output_bytes",
+                   "matmul_batch", "matmul_m", "matmul_n", "matmul_k")
+# what featurize wrote before the matmul_* features (2026-11-25)
+BASE_KERNEL_FEATURES = 5
 # The three bound lists of a tile configuration, in the order TpuGraphs lays
 # them out in its config features: each BOUND_SLOTS entries, sum, product.
 BOUND_KEYS = ("kernel_bounds", "output_bounds", "input_bounds")

@@ -45,8 +45,10 @@ def cli(inputs, output, skip_bad, quiet):
                                     point from user to operand); one row per
                                     distinct operand, and one from a caller
                                     to each called computation's root
-      kernel_feat  float32 (5)      flops, transcendentals, bytes_read,
-                                    bytes_written, output_bytes
+      kernel_feat  float32 (9)      flops, transcendentals, bytes_read,
+                                    bytes_written, output_bytes,
+                                    matmul_batch, matmul_m, matmul_n,
+                                    matmul_k
       config_feat  float32 (24)     tile config: kernel_bounds, output_bounds,
                                     input_bounds, each 6 entries + sum +
                                     product (zeros without a "config" field)
@@ -88,7 +90,12 @@ def cli(inputs, output, skip_bad, quiet):
     reduction, fusions sum their fused ops. bytes_read: what the kernel
     reads of its inputs (only the slices of a sliced input); bytes_written:
     what it writes (a dynamic-update-slice only its update); output_bytes:
-    the size of its result.
+    the size of its result. matmul_*: the largest dot or convolution (by
+    flops, in the kernel or a fusion it runs) as a GEMM, batch x (m x k) .
+    (k x n): a dot's batch, free and contracting sizes; a convolution's
+    feature groups, batch x output positions, output features per group,
+    and input features per group x window taps; zeros without one. Models
+    trained on records of the first five read the first five.
 
     \b
     Examples:

@@ -49,6 +49,7 @@ from numpy.typing import ArrayLike
 
 from tpuperf_cli.errors import TpuperfError, read_file
 from tpuperf_cli.records import (
+    BASE_KERNEL_FEATURES,
     KERNEL_FEAT,
     KERNEL_FEATURES,
     PROGRAM,
@@ -109,7 +110,7 @@ def cost_features(record: Record, where: str = "record") -> tuple[float, float]:
     except (TypeError, ValueError):
         raise TpuperfError(f"{where}: kernel_feat is not an array of numbers "
                            f"({type(feat).__name__})") from None
-    names = KERNEL_FEATURES
+    names = KERNEL_FEATURES[:BASE_KERNEL_FEATURES]     # what every featurize wrote
     if a.size < len(names):
         raise TpuperfError(f"{where}: kernel_feat has {a.size} values, expected "
                            f"{len(names)} ({', '.join(names)})")

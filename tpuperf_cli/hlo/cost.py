@@ -44,6 +44,8 @@ Arrays count element bytes only (no tuple pointer tables).
     (1024, 768, 128)
 """
 
+import math
+
 from tpuperf_cli.hlo import attrs
 from tpuperf_cli.hlo.ir import Computation, Instruction, Module, Shape
 from tpuperf_cli.records import KERNEL_FEATURES
@@ -248,6 +250,57 @@ def conv_flops(ins: Instruction, lhs: Shape, rhs: Shape, out: Shape) -> int:
 
 def _convolution(an, comp, ins):
     return conv_flops(ins, an._operand(comp, ins, 0), an._operand(comp, ins, 1), ins.shape), 0
+
+
+def matmul_shape(an, comp, ins) -> tuple[int, int, int, int]:
+    """(batch, m, n, k) of the GEMM a dot or convolution amounts to:
+    batch x (m x k) . (k x n). A dot: its batch dims, lhs free dims,
+    rhs free dims, contracting dims. A convolution: the feature groups
+    (x batch groups), batch x output positions, output features and input
+    features x window taps per group."""
+    lhs, rhs = an._operand(comp, ins, 0), an._operand(comp, ins, 1)
+    a = ins.attrs
+    if ins.opcode == "dot":
+        def prod(shape, dims):
+            return math.prod(shape.dims[d] for d in dims)
+
+        lb = attrs.int_list(a.get("lhs_batch_dims", "{}"))
+        lc = attrs.int_list(a.get("lhs_contracting_dims", "{}"))
+        rb = attrs.int_list(a.get("rhs_batch_dims", "{}"))
+        rc = attrs.int_list(a.get("rhs_contracting_dims", "{}"))
+        batch, k = prod(lhs, lb), prod(lhs, lc)
+        m = lhs.num_elements() // max(1, batch * k)
+        n = rhs.num_elements() // max(1, prod(rhs, rb) * prod(rhs, rc))
+        return batch, m, n, k
+    d = attrs.conv_dims(a["dim_labels"])
+    fgc = int(a.get("feature_group_count", "1"))
+    bgc = int(a.get("batch_group_count", "1"))
+    groups = fgc * bgc
+    n = ins.shape.dims[d["output_feature"]] // groups
+    m = ins.shape.num_elements() // max(1, ins.shape.dims[d["output_feature"]])
+    k = lhs.dims[d["input_feature"]] // fgc * math.prod(rhs.dims[i] for i in d["kernel_spatial"])
+    return groups, m, n, k
+
+
+def _largest_matmul(an, comp, seen=None):
+    """(flops, (batch, m, n, k)) of the dot or convolution with the most
+    flops in comp and the computations its fusions run; (0, zeros) without."""
+    seen = set() if seen is None else seen
+    best = (0, (0, 0, 0, 0))
+    for ins in comp.instructions:
+        if ins.opcode in ("dot", "convolution"):
+            f, _ = an.instruction(comp, ins)
+            if f > best[0] or best[0] == 0:
+                best = (f, matmul_shape(an, comp, ins))
+        elif ins.opcode == "fusion":
+            name = _called(ins).strip().lstrip("%")
+            fused = an.module.computations.get(name)
+            if fused is not None and name not in seen:
+                seen.add(name)
+                got = _largest_matmul(an, fused, seen)
+                if got[0] > best[0] or (best[0] == 0 and any(got[1])):
+                    best = got
+    return best
 
 
 def _reduce(an, comp, ins):
@@ -461,10 +514,13 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     runs one kernel, as hlo-split writes them).
 
     Returns {KERNEL_FEATURES: "flops", "transcendentals", "bytes_read",
-    "bytes_written", "output_bytes"} (ints, floats for the halves of triangular-solve and
+    "bytes_written", "output_bytes", "matmul_batch", "matmul_m", "matmul_n",
+    "matmul_k"} (ints, floats for the halves of triangular-solve and
     cholesky). flops and transcendentals are summed over every instruction
     of the ENTRY computation (parameters cost nothing), as XLA's
-    HloCostAnalysis sums them; the bytes are those of the ENTRY root.
+    HloCostAnalysis sums them; the bytes are those of the ENTRY root;
+    matmul_* are matmul_shape of the dot or convolution with the most flops,
+    in the ENTRY computation or a fusion's (zeros without one).
     Raises CostError for a module it cannot cost.
     """
     an = _Analysis(module)
@@ -481,7 +537,13 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
         r, w = _kernel_bytes(an, comp, ins)
         read += r
         written += w
-    return dict(zip(KERNEL_FEATURES, (flops, trans, read, written, root.shape.byte_size())))
+    try:
+        matmul = _largest_matmul(an, comp)[1]
+    except (KeyError, ValueError, IndexError) as e:
+        raise CostError(f"a dot or convolution of the kernel cannot be read as a matmul: "
+                        f"{e}") from None
+    return dict(zip(KERNEL_FEATURES, (flops, trans, read, written, root.shape.byte_size(),
+                                      *matmul)))
 
 
 def computation_cost(module: Module, name: str) -> tuple[int | float, int | float]:

@@ -27,7 +27,7 @@ import numpy as np
 
 from tpuperf_cli.errors import StreamError, TpuperfError
 from tpuperf_cli.model.dist import owner
-from tpuperf_cli.model.examples import Example, Scaler, example, kernel_features_error, slog, topological_order
+from tpuperf_cli.model.examples import Example, Scaler, example, slog, topological_order, use_kernel_features
 from tpuperf_cli.records import KERNEL, NODE_FEATURES, PROGRAM, TARGET, locate, measured_runtime, target_identity
 from tpuperf_cli.stream import read_records
 
@@ -217,9 +217,10 @@ class Corpus:
                 if scaler is not None:
                     scaler.update(ex, locate(number, name, record))
                 elif kernel_features is not None and ex.kernel_feat.size != kernel_features:
-                    raise StreamError(kernel_features_error(
-                        ex, kernel_features, locate(number, name, record), record,
-                        f"; the training data has {kernel_features}"))
+                    wrong = use_kernel_features(ex, kernel_features, locate(number, name, record),
+                                                record, f"; the training data has {kernel_features}")
+                    if wrong:
+                        raise StreamError(wrong)
                 self.examples += 1
                 key = target_identity(record.get(TARGET))
                 if key is not None:

@@ -32,6 +32,7 @@ from tpuperf_cli.records import (
     HLO,
     KERNEL,
     KERNEL_FEAT,
+    KERNEL_FEATURES,
     KERNEL_RECORD,
     NODE_FEAT,
     NODE_FEATURES,
@@ -171,7 +172,23 @@ def kernel_features_error(ex: Example, expected: int, where: object, record: Rec
         return None
     what = "none (no kernel_feat field)" if record is not None and record.get(KERNEL_FEAT) is None \
         else str(got)
-    return f"{where}: expected {expected} kernel features in kernel_feat, got {what}{why}"
+    hint = ""
+    if 0 < got < expected == len(KERNEL_FEATURES):
+        hint = (f" (records featurized before the {', '.join(KERNEL_FEATURES[got:])} "
+                f"features: run featurize on them again)")
+    return f"{where}: expected {expected} kernel features in kernel_feat, got {what}{why}{hint}"
+
+
+def use_kernel_features(ex: Example, expected: int, where: object, record: Record | None = None,
+                        why: str = "") -> str | None:
+    """Fit ex to a model trained with `expected` kernel features; None when
+    it can be, else kernel_features_error's message. A record featurized
+    after the model was trained carries more (KERNEL_FEATURES only grows by
+    appending): the model reads the first `expected` of them."""
+    if ex.kernel_feat.size > expected:
+        ex.kernel_feat = ex.kernel_feat[:expected]
+        return None
+    return kernel_features_error(ex, expected, where, record, why)
 
 
 def topological_order(ex: Example) -> np.ndarray:

@@ -56,6 +56,10 @@ def record_parts(record: Record, kernel_features: int) -> tuple | None:
         return None
     n = len(op) >> 2
     m = len(ei) >> 3
+    # a record featurized after the model carries more kernel features: the
+    # model reads the first (records.KERNEL_FEATURES only grows)
+    if len(kf_shape) == 1 and kf_shape[0] > kernel_features and len(kf) == 4 * kf_shape[0]:
+        kf_shape, kf = [kernel_features], kf[:4 * kernel_features]
     if n == 0 or op_shape != [n] or nf_shape != [n, NODE_FEATURES] or len(nf) != n * _ROW_BYTES \
             or kf_shape != [kernel_features] or len(kf) != 4 * kernel_features \
             or cf_shape != [CONFIG_FEATURES] or len(cf) != 4 * CONFIG_FEATURES:

@@ -52,7 +52,7 @@ import numpy as np
 from tpuperf_cli.errors import StreamError, TpuperfError, read_file
 from tpuperf_cli.model import MODEL_FORMAT, MODEL_VERSION, check_device, default_model_path, set_threads, thread_env
 from tpuperf_cli.model.data import Batch, make_batch
-from tpuperf_cli.model.examples import Example, Scaler, example, kernel_features_error
+from tpuperf_cli.model.examples import Example, Scaler, example, use_kernel_features
 from tpuperf_cli.records import MODEL, NODE_FEATURES, PRED_NS, TARGET, TARGET_KEYS, Record, locate, target_identity
 
 if TYPE_CHECKING:
@@ -162,8 +162,8 @@ class Model:
     def fits(self, ex: Example, where: object, record: Record | None = None) -> str | None:
         """None if the example has the kernel features this model reads, else
         the message saying what is wrong."""
-        return kernel_features_error(ex, self.scaler.kernel_features, where, record,
-                                     f"; model {self.name} was trained with {self.scaler.kernel_features}")
+        return use_kernel_features(ex, self.scaler.kernel_features, where, record,
+                                   f"; model {self.name} was trained with {self.scaler.kernel_features}")
 
     def check_examples(self, examples: Sequence[Example]) -> None:
         """StreamError naming the first example this model cannot read."""
@@ -171,7 +171,9 @@ class Model:
         for i, ex in enumerate(examples, 1):
             if ex.kernel_feat.size != kf:
                 what = f"{ex.program}/{ex.kernel}" if ex.program or ex.kernel else "?"
-                raise StreamError(self.fits(ex, f"example {i} ({what})"))
+                wrong = self.fits(ex, f"example {i} ({what})")
+                if wrong:
+                    raise StreamError(wrong)
 
     def describe(self) -> dict:
         t = self.meta.get("trained") or {}
