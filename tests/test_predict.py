@@ -374,3 +374,17 @@ def test_save_atomic_removes_what_a_killed_save_left(tmp_path):
     save_atomic({"a": 1}, tmp_path / "m.pt")
     assert not left.exists() and alive.exists() and other.exists()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".m.pt")) == [alive.name]
+
+
+def test_records_featurized_before_the_matmul_features_are_told_to_featurize_again():
+    from types import SimpleNamespace
+
+    from tpuperf_cli.model.examples import use_kernel_features
+    from tpuperf_cli.records import KERNEL_FEATURES
+
+    old = SimpleNamespace(kernel_feat=np.ones(5, np.float32))
+    msg = use_kernel_features(old, len(KERNEL_FEATURES), "in.zst: record 4")
+    assert msg.startswith("in.zst: record 4: expected 9 kernel features in kernel_feat, got 5")
+    assert "matmul_batch, matmul_m, matmul_n, matmul_k features: run featurize" in msg
+    new = SimpleNamespace(kernel_feat=np.arange(9, dtype=np.float32))
+    assert use_kernel_features(new, 5, "x") is None and new.kernel_feat.tolist() == [0, 1, 2, 3, 4]
