@@ -177,6 +177,27 @@ def test_generated_share_bounds_the_pseudo_programs(tmp_path):
     assert sum(v for k, v in counts.items() if k.startswith("ops:")) > 40
 
 
+def test_generated_share_even_across_sources(tmp_path):
+    """--generated-even source: a source of one pseudo-program draws as much
+    as a source of five, where by program it draws a sixth."""
+    rs = synthetic_records(n_programs=8, kernels=10, seed=7)
+    for r in rs:
+        n = int(r["program"][5:])
+        if n >= 2:
+            r["program"] = "heavy:conv" if n == 2 else f"sweeps:s{n}"
+    c = Corpus(write_shards(tmp_path, rs)).scan()
+    rng = np.random.default_rng(0)
+    for even, heavy_part in (("source", 1 / 2), ("program", 1 / 6)):
+        counts = Counter()
+        for _ in range(200):
+            counts.update(ex.program for ex in c.epoch(rng, generated_share=0.5,
+                                                         generated_even=even))
+        generated = sum(v for k, v in counts.items() if ":" in k)
+        real = counts["synth0"] + counts["synth1"]
+        assert abs(generated / real - 1) < 0.1, (even, counts)
+        assert abs(counts["heavy:conv"] / generated - heavy_part) < 0.05, (even, counts)
+
+
 def test_streaming_buffer_stays_bounded(tmp_path):
     paths = write_shards(tmp_path, uneven_records())
     c = Corpus(paths, memory_mb=0.02, shuffle_items=8).scan()

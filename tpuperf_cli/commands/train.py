@@ -55,6 +55,12 @@ from tpuperf_cli.errors import TpuperfError
                    "SOURCE:NAME of `tpuperf generate`, evenly across them); the real programs "
                    "draw as many examples as they hold, so the epoch grows by F/(1-F). "
                    "[default: each pseudo-program counts as a program]")
+@click.option("--generated-even", type=click.Choice(["program", "source"]), default="program",
+              show_default=True,
+              help="How --generated-share is spread: evenly across the pseudo-programs, or "
+                   "evenly across the sources first (fusions, ops, sweeps, heavy...), then "
+                   "across each source's pseudo-programs, so that a source of few "
+                   "pseudo-programs weighs as much as one of many.")
 @click.option("--configs", type=click.IntRange(2), default=16, show_default=True,
               help="Tile task: configurations drawn per kernel per epoch.")
 @click.option("--memory-mb", type=click.FloatRange(1), default=2048, show_default=True,
@@ -109,7 +115,7 @@ from tpuperf_cli.errors import TpuperfError
 @click.option("--name", help="Model name stem recorded in predictions (default: FILE's file name).")
 @quiet_option(help="No progress lines or summary on stderr (warnings still go there).")
 def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, weight_decay, margin,
-        noise_scale, patience, monitor, min_us, even, generated_share, configs, memory_mb, seed,
+        noise_scale, patience, monitor, min_us, even, generated_share, generated_even, configs, memory_mb, seed,
         device, threads, max_time, ema, gnn, layers, hidden, opcode_dim, neighbors, aggregate,
         directed, normalize, kernel_head, reduction, heads, seq_layers, dropout, resume, keep_state, name, quiet):
     """Train a performance model (a graph neural network) on measured kernels.
@@ -216,6 +222,7 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
                         patience=patience,
                         monitor=monitor or "", min_runtime_ns=min_us * 1000.0, even=even,
                         generated_share=-1.0 if generated_share is None else generated_share,
+                        generated_even=generated_even,
                         configs=configs, memory_mb=memory_mb, seed=seed, device=device,
                         threads=threads, max_time=max_time, ema=ema)
     quiet_progress = {"progress": _warnings_only} if quiet else {}

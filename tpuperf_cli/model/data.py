@@ -316,18 +316,19 @@ class Corpus:
             yield g[1]
 
     def epoch(self, rng: np.random.Generator, even: bool = True,
-              generated_share: float = -1.0) -> Iterator[Example | list[Example]]:
+              generated_share: float = -1.0,
+              generated_even: str = "program") -> Iterator[Example | list[Example]]:
         """The items of one training epoch, shuffled. With even=True every
         program contributes the same expected number of items (small
         programs are repeated, large ones subsampled). generated_share in
         [0, 1) sets the share of the epoch drawn from generated kernels
         (pseudo-programs "SOURCE:NAME", evenly across them), the programs
         drawing as many items as they hold; -1 counts a pseudo-program as a
-        program."""
+        program. generated_even: see draw_rates."""
         sizes = self.sizes
         if not sizes:
             return
-        rates = draw_rates(sizes, even, generated_share)
+        rates = draw_rates(sizes, even, generated_share, generated_even)
         paths = [self.paths[i] for i in rng.permutation(len(self.paths))]
         cap = None if self.cache is not None else max(64, self.shuffle_items)
         buffer = []
@@ -352,11 +353,12 @@ class Corpus:
             yield buffer[j]
 
     def batches(self, rng: np.random.Generator, batch_size: int, even: bool = True,
-                generated_share: float = -1.0) -> Iterator[tuple[list[Example], np.ndarray | None]]:
+                generated_share: float = -1.0, generated_even: str = "program"
+                ) -> Iterator[tuple[list[Example], np.ndarray | None]]:
         """Lists of examples for one epoch (tile: whole kernels per batch, and
         the group id of each example)."""
         batch, groups = [], []
-        for item in self.epoch(rng, even, generated_share):
+        for item in self.epoch(rng, even, generated_share, generated_even):
             if self.task == "tile":
                 groups.extend([groups[-1] + 1 if groups else 0] * len(item))
                 batch.extend(item)
@@ -375,13 +377,18 @@ def is_generated(program: str) -> bool:
     return ":" in program
 
 
-def draw_rates(sizes: dict, even: bool = True, generated_share: float = -1.0) -> dict:
+def draw_rates(sizes: dict, even: bool = True, generated_share: float = -1.0,
+               generated_even: str = "program") -> dict:
     """Expected draws per epoch of each item of each program. even: every
     program the same number of draws in all (the mean program's size);
     otherwise each item once. With generated_share in [0, 1) and both kinds
     present, the programs keep their draws and the generated pseudo-programs
     share generated_share of the epoch between them (evenly with even), so
-    that hundreds of pseudo-programs do not crowd out the real ones."""
+    that hundreds of pseudo-programs do not crowd out the real ones.
+    generated_even "source": each source ("ops" of "ops:dot") gets the same
+    part of that share first, then its pseudo-programs share it, so that a
+    source of few pseudo-programs (heavy's 2) is not drowned by one of many
+    (sweeps' 135)."""
     if generated_share < 0:
         groups = [list(sizes)]
         totals = [sum(sizes.values())]
@@ -391,8 +398,16 @@ def draw_rates(sizes: dict, even: bool = True, generated_share: float = -1.0) ->
         if not real or not gen:
             return draw_rates(sizes, even)
         real_total = sum(sizes[p] for p in real)
-        groups = [real, gen]
-        totals = [real_total, real_total * generated_share / (1 - generated_share)]
+        gen_total = real_total * generated_share / (1 - generated_share)
+        if generated_even == "source":
+            sources = {}
+            for p in gen:
+                sources.setdefault(p.split(":", 1)[0], []).append(p)
+            groups = [real] + list(sources.values())
+            totals = [real_total] + [gen_total / len(sources)] * len(sources)
+        else:
+            groups = [real, gen]
+            totals = [real_total, gen_total]
     rates = {}
     for programs, total in zip(groups, totals):
         items = sum(sizes[p] for p in programs)

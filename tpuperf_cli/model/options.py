@@ -40,6 +40,8 @@ class TrainOptions:
     even: bool = True           # draw examples evenly across programs
     generated_share: float = -1.0   # share of an epoch's draws from generated kernels
                                     # (pseudo-programs "SOURCE:NAME"); -1: a program each
+    generated_even: str = "program"     # that share evenly across pseudo-programs, or
+                                        # "source": across sources, then their pseudo-programs
     configs: int = 16           # tile task: configurations drawn per kernel per epoch
     memory_mb: float = 2048     # decoded examples kept in memory; beyond that, stream shards
     seed: int = 0               # seeds numpy, torch and the sampling
@@ -74,6 +76,8 @@ class TrainOptions:
             raise TpuperfError("--epochs and --batch-size must be at least 1")
         if not (self.generated_share == -1.0 or 0 <= self.generated_share < 1):
             raise TpuperfError("--generated-share must be in [0, 1)", exit_code=2)
+        if self.generated_even not in ("program", "source"):
+            raise TpuperfError("--generated-even must be program or source", exit_code=2)
         if self.task == "tile" and self.configs < 2:
             raise TpuperfError("--configs must be at least 2 for the tile task")
         return self
