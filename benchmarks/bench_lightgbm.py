@@ -67,7 +67,8 @@ def fit(train, valid, args):
     if args.generated_share is not None:
         # the GNN's --generated-share: the generated kernels weigh F of the whole
         sizes = Counter(r["program"] for r in train)
-        rates = draw_rates(sizes, even=False, generated_share=args.generated_share)
+        rates = draw_rates(sizes, even=False, generated_share=args.generated_share,
+                           generated_even=args.generated_even)
         weight = np.array([rates[r["program"]] for r in train])
     data = lightgbm.Dataset(xt, yt, weight=weight)
     sets, callbacks = [], []
@@ -121,6 +122,10 @@ def main():
                     help="weigh the generated kernels F of the training data in all, as "
                          "`tpuperf train --generated-share F` draws them (default: each "
                          "kernel weighs 1)")
+    ap.add_argument("--generated-even", choices=("program", "source"), default="program",
+                    help="with --generated-share: the same share for every generated kernel "
+                         "(program), or for each source first, then its kernels alike "
+                         "(source), as `tpuperf train --generated-even source`")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
     try:
