@@ -71,7 +71,10 @@ def cli(files, model, batch_size, output, device, threads, engine, show_model, q
     features) stops predict with an error suggesting featurize, and one
     the model cannot read (a field missing, or node_feat, kernel_feat or
     config_feat of the wrong size) with an error naming
-    the record and what is wrong; the records before it are written.
+    the record and what is wrong; the records before it are written. A
+    record with more kernel features than the model was trained with
+    (featurized by a later tpuperf: kernel features are only appended) is
+    read by its first ones.
 
     \b
     Examples:
