@@ -104,7 +104,7 @@ CHUNK = 4000
 # hundred kernels a second); fusions and sweeps compile every candidate
 # with XLA first (about 20 a second each). heavy's large convolutions and
 # dots take longest to measure per kernel
-PLAN = {"ops": 72000, "fusions": 12000, "sweeps": 12000, "heavy": 4000}
+PLAN = {"ops": 72000, "fusions": 12000, "sweeps": 12000, "heavy": 12000}
 SOURCES = tuple(PLAN)
 # generated kernels are measured nearest-to-the-programs first, so that a
 # build cut short holds the most useful ones
