@@ -6,11 +6,11 @@ import math
 
 import numpy as np
 
-from tpuperf_cli.records import CONFIG_FEATURES, NODE_FEATURES, new_record
+from tpuperf_cli.records import CONFIG_FEATURES, KERNEL_FEATURES, NODE_FEATURES, new_record
 
 
 def synthetic_records(n_programs=4, kernels=30, seed=0, configs=0, nodes=(3, 12),
-                      kernel_features=5, target=None):
+                      kernel_features=len(KERNEL_FEATURES), target=None):
     """Random graph records in the exact record format, with a runtime that
     depends on their features (for tests and benchmarks, not for training a
     real model).
@@ -39,8 +39,9 @@ def synthetic_records(n_programs=4, kernels=30, seed=0, configs=0, nodes=(3, 12)
             edges += [(i, int(rng.integers(0, i))) for i in range(2, n) if rng.random() < 0.3]
             edge_index = np.asarray(edges, np.int32).reshape(-1, 2)
             work = float(sum(cost[int(o)] * s for o, s in zip(opcode, size)))
-            kfeat = np.asarray([work * 10, 0, size.sum() * 4, size[-1] * 4, size[-1] * 4][:kernel_features],
-                               np.float32)
+            # no dot or convolution: the matmul features are zeros
+            kfeat = np.asarray([work * 10, 0, size.sum() * 4, size[-1] * 4, size[-1] * 4, 0, 0, 0, 0]
+                               [:kernel_features], np.float32)
             base = dict(program=program, kernel=f"fusion.{k}", index=k, count=int(rng.integers(1, 3)),
                         count_known=True, opcode="fusion", fusion_kind="kLoop",
                         fingerprint=f"{p:04x}{k:04x}", computation="main",

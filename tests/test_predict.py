@@ -117,17 +117,18 @@ def test_wrong_kernel_feat_is_a_one_line_error_after_the_good_records(trained, k
     err = res.stderr.decode()
     assert res.returncode == 1 and "Traceback" not in err, err
     assert err.count("\n") == 1 and err.startswith("predict: error: <stdin>: record 2 (synth0/fusion.1)")
-    assert f"expected 5 kernel features in kernel_feat, {got}" in err, err
+    assert f"expected 9 kernel features in kernel_feat, {got}" in err, err
     out = decode(res.stdout)
     assert [r["kernel"] for r in out] == ["fusion.0"] and out[0]["pred_ns"] > 0
     # the library: predict_examples (tpuperf eval) names the example too
-    with pytest.raises(StreamError, match="example 2 .synth0/fusion.1.: expected 5 kernel features"):
+    with pytest.raises(StreamError, match="example 2 .synth0/fusion.1.: expected 9 kernel features"):
         load_model(str(trained)).predict_examples([example(r) for r in recs])
 
 
 def test_a_model_reads_the_first_kernel_features_of_records_featurized_later(trained):
-    """KERNEL_FEATURES only grows by appending: a model trained with 5 reads
-    the first 5 of a record with more, on the fast path and the slow."""
+    """KERNEL_FEATURES only grows by appending: a model reads the first
+    kernel features of a record with more, as many as it was trained
+    with, on the fast path and the slow."""
     recs = synthetic_records(n_programs=1, kernels=3, seed=13)
     longer = [dict(r, kernel_feat=np.concatenate([r["kernel_feat"], [7.0, 64, 32, 16]])
                    .astype(np.float32)) for r in recs]
