@@ -138,6 +138,10 @@ def test_a_model_reads_the_first_kernel_features_of_records_featurized_later(tra
     assert [r["pred_ns"] for r in decode(res.stdout)] == want
     got = load_model(str(trained)).predict_examples([example(r) for r in longer])
     assert np.allclose(got, want, rtol=1e-5)
+    # batch alone too (calibrate trains through it)
+    m = load_model(str(trained))
+    b = m.batch([example(r) for r in longer])
+    assert b.x.shape[1] == m.scaler.width
 
 
 def test_wrong_node_and_config_widths_are_one_line_errors(trained):

@@ -85,6 +85,9 @@ class Model:
         self._memo_bytes = 0
 
     def batch(self, examples: Sequence[Example], groups: np.ndarray | None = None) -> Batch:
+        # examples of records featurized after the model are cut to its
+        # kernel features here too: calibrate trains on them through batch
+        self.check_examples(examples)
         return make_batch(examples, self.scaler, self.lut, self.cfg.neighbors,
                           self.sequence, self.cfg.max_nodes, groups)
 
