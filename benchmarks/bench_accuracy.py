@@ -41,15 +41,16 @@ sys.path.insert(0, ROOT)
 
 from tpuperf_cli import metrics  # noqa: E402
 from tpuperf_cli.eval import baseline as baseline_lib  # noqa: E402
+from tpuperf_cli.model.data import generated_source, is_generated  # noqa: E402
 from tpuperf_cli.stream import read_records  # noqa: E402
 
 
 def shard_paths(corpus, name):
     """The graph shards of a split entry: graphs/P.zst for a program, every
     graphs/generated/SOURCE-NNN.zst for a generated pattern ("ops:*")."""
-    if ":" in name:
-        source = name.split(":", 1)[0]
-        return sorted(glob.glob(os.path.join(corpus, "generated", f"{source}-*.zst")))
+    if is_generated(name):
+        return sorted(glob.glob(os.path.join(corpus, "generated",
+                                             f"{generated_source(name)}-*.zst")))
     return [os.path.join(corpus, f"{name}.zst")]
 
 

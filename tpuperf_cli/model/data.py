@@ -377,6 +377,11 @@ def is_generated(program: str) -> bool:
     return ":" in program
 
 
+def generated_source(program: str) -> str:
+    """The source of a generated kernel's pseudo-program ("ops" of "ops:dot")."""
+    return program.split(":", 1)[0]
+
+
 def draw_rates(sizes: dict, even: bool = True, generated_share: float = -1.0,
                generated_even: str = "program") -> dict:
     """Expected draws per epoch of each item of each program. even: every
@@ -402,7 +407,7 @@ def draw_rates(sizes: dict, even: bool = True, generated_share: float = -1.0,
         if generated_even == "source":
             sources = {}
             for p in gen:
-                sources.setdefault(p.split(":", 1)[0], []).append(p)
+                sources.setdefault(generated_source(p), []).append(p)
             groups = [real] + list(sources.values())
             totals = [real_total] + [gen_total / len(sources)] * len(sources)
         else:
