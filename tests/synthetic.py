@@ -40,8 +40,9 @@ def synthetic_records(n_programs=4, kernels=30, seed=0, configs=0, nodes=(3, 12)
             edge_index = np.asarray(edges, np.int32).reshape(-1, 2)
             work = float(sum(cost[int(o)] * s for o, s in zip(opcode, size)))
             # no dot or convolution: the matmul features are zeros
-            kfeat = np.asarray([work * 10, 0, size.sum() * 4, size[-1] * 4, size[-1] * 4, 0, 0, 0, 0]
-                               [:kernel_features], np.float32)
+            kfeat = np.zeros(kernel_features, np.float32)
+            base_feat = [work * 10, 0, size.sum() * 4, size[-1] * 4, size[-1] * 4]
+            kfeat[:min(5, kernel_features)] = base_feat[:kernel_features]
             base = dict(program=program, kernel=f"fusion.{k}", index=k, count=int(rng.integers(1, 3)),
                         count_known=True, opcode="fusion", fusion_kind="kLoop",
                         fingerprint=f"{p:04x}{k:04x}", computation="main",

@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-from tpuperf_cli.hlo.cost import KERNEL_FEATURES, kernel_cost
+from tpuperf_cli.hlo.cost import KERNEL_FEATURES, alignment, kernel_cost
 from tpuperf_cli.hlo.parser import parse_module
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -239,7 +239,8 @@ def test_kernel_feature_names():
     # only ever appended to: models read the first ones they were trained with
     assert KERNEL_FEATURES == ("flops", "transcendentals", "bytes_read", "bytes_written",
                                "output_bytes", "matmul_batch", "matmul_m", "matmul_n",
-                               "matmul_k")
+                               "matmul_k", "matmul_m_align", "matmul_n_align",
+                               "matmul_k_align", "matmul_lhs_k_minor", "matmul_rhs_k_minor")
 
 
 def matmul(c):
@@ -288,3 +289,81 @@ ENTRY e {
 }
 """)
     assert matmul(c) == (1, 64, 16, 32)
+
+
+def test_alignment_of_the_matmul_sizes():
+    assert [alignment(x) for x in (0, 1, 3, 2, 12, 48, 96, 128, 256, 4096 * 3)] == \
+        [0, 0, 0, 1, 2, 4, 5, 7, 7, 7]
+    aligned = ("matmul_m_align", "matmul_n_align", "matmul_k_align")
+    # a WaveNet-like 1-D convolution: m = 4 x 1024 positions, n = 48
+    # features, k = 48 features x 2 taps
+    c = cost("""HloModule w
+ENTRY e {
+  x = f32[4,1025,48]{2,1,0} parameter(0)
+  w = f32[2,48,48]{2,1,0} parameter(1)
+  ROOT c = f32[4,1024,48]{2,1,0} convolution(x, w), window={size=2}, dim_labels=b0f_0io->b0f
+}
+""")
+    assert matmul(c) == (1, 4096, 48, 96)
+    assert tuple(c[k] for k in aligned) == (7, 4, 5)
+    # the same with 35 features: odd n, k = 70
+    c = cost("""HloModule w
+ENTRY e {
+  x = f32[4,1025,35]{2,1,0} parameter(0)
+  w = f32[2,35,35]{2,1,0} parameter(1)
+  ROOT c = f32[4,1024,35]{2,1,0} convolution(x, w), window={size=2}, dim_labels=b0f_0io->b0f
+}
+""")
+    assert tuple(c[k] for k in aligned) == (7, 0, 1)
+    # no matmul: zeros
+    assert tuple(cost(FUSION)[k] for k in aligned) == (0, 0, 0)
+
+
+def layout(c):
+    return c["matmul_lhs_k_minor"], c["matmul_rhs_k_minor"]
+
+
+def dot_module(lhs, rhs, out, lc, rc):
+    return f"""HloModule d
+ENTRY e {{
+  a = f32{lhs} parameter(0)
+  b = f32{rhs} parameter(1)
+  ROOT d = f32{out} dot(a, b), lhs_batch_dims={{0}}, lhs_contracting_dims={{{lc}}}, rhs_batch_dims={{0}}, rhs_contracting_dims={{{rc}}}
+}}
+"""
+
+
+def test_matmul_layout_says_which_operands_are_contracted_along_their_minor_dim():
+    # MoE's batched dots: a row-major GEMM, then the same sizes with a
+    # transposed rhs (2.6x slower on XLA:CPU), then a transposed lhs
+    assert layout(cost(dot_module("[8,64,256]{2,1,0}", "[8,256,512]{2,1,0}", "[8,64,512]{2,1,0}", 2, 1))) \
+        == (1, 0)
+    assert layout(cost(dot_module("[8,64,256]{2,1,0}", "[8,512,256]{2,1,0}", "[8,64,512]{2,1,0}", 2, 2))) \
+        == (1, 1)
+    assert layout(cost(dot_module("[8,256,64]{2,1,0}", "[8,256,512]{2,1,0}", "[8,64,512]{2,1,0}", 1, 1))) \
+        == (0, 0)
+    # the physical layout decides, not the logical order: rhs [8,256,512]
+    # laid out with dim 1 minor is contracted along its minor dim
+    assert layout(cost(dot_module("[8,64,256]{2,1,0}", "[8,256,512]{1,2,0}", "[8,64,512]{2,1,0}", 2, 1))) \
+        == (1, 1)
+    # no layout printed: XLA's default (the last dim minor)
+    assert layout(cost(dot_module("[8,64,256]", "[8,256,512]", "[8,64,512]", 2, 1))) == (1, 0)
+    # convolutions: NHWC input and HWIO kernel (features minor, outputs
+    # minor), then NCHW input and OIHW kernel (spatial minor)
+    nhwc = cost("""HloModule c
+ENTRY e {
+  x = f32[2,10,10,8]{3,2,1,0} parameter(0)
+  w = f32[3,3,8,16]{3,2,1,0} parameter(1)
+  ROOT c = f32[2,8,8,16]{3,2,1,0} convolution(x, w), window={size=3x3}, dim_labels=b01f_01io->b01f
+}
+""")
+    assert layout(nhwc) == (1, 0)
+    nchw = cost("""HloModule c
+ENTRY e {
+  x = f32[2,8,10,10]{3,2,1,0} parameter(0)
+  w = f32[16,8,3,3]{3,2,1,0} parameter(1)
+  ROOT c = f32[2,16,8,8]{3,2,1,0} convolution(x, w), window={size=3x3}, dim_labels=bf01_oi01->bf01
+}
+""")
+    assert layout(nchw) == (0, 0)
+    assert layout(cost(FUSION)) == (0, 0)

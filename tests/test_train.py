@@ -95,7 +95,7 @@ def test_scaler_min_max_from_training_data_and_round_trip():
         s.update(ex)
     s.finish()
     b = make_batch(exs, s, s.opcode_table(139))
-    assert b.x.shape == (sum(ex.n for ex in exs), 140 + 9 + 24)
+    assert b.x.shape == (sum(ex.n for ex in exs), 140 + 14 + 24)
     assert b.x.min() >= -1e-6 and b.x.max() <= 1 + 1e-6
     assert abs(float(np.mean(b.y))) < 0.5          # standardised log runtime
     s2 = Scaler.from_dict(json.loads(json.dumps(s.to_dict())))
@@ -301,7 +301,7 @@ def test_tiny_model_trains_and_loss_falls(shards, tmp_path):
     assert d["format"] == "tpuperf-model" and d["task"] == "fusion"
     assert d["trained"]["programs"] == ["synth0", "synth1", "synth2"]
     assert d["trained"]["split"].endswith("split.json")
-    assert d["scaling"]["kernel_features"] == 9 and 34 in d["opcodes"]
+    assert d["scaling"]["kernel_features"] == 14 and 34 in d["opcodes"]
 
 
 def test_valid_shards_take_precedence_over_the_splits_valid_programs(shards, tmp_path):
@@ -525,7 +525,7 @@ def test_tile_task_learns_to_rank_configs(tmp_path):
     from tpuperf_cli.model.predict import load_model
 
     out = tmp_path / "tile.pt"
-    r = train(paths, out, NetConfig(**TINY), fast_opts(task="tile", epochs=10, configs=6),
+    r = train(paths, out, NetConfig(**TINY), fast_opts(task="tile", epochs=20, configs=6),
               valid=paths, progress=quiet)
     assert r["history"][-1]["train_loss"] < r["history"][0]["train_loss"]
     m = load_model(str(out))
@@ -541,18 +541,18 @@ def test_records_with_another_number_of_kernel_features_are_clear_errors(shards,
     recs = synthetic_records(n_programs=1, kernels=4, seed=9)
     recs[2]["kernel_feat"] = np.zeros(3, np.float32)
     (bad,) = write_shards(tmp_path, recs)
-    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 9 kernel "
-                                          r"features in kernel_feat, got 3; the training data has 9"):
+    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 14 kernel "
+                                          r"features in kernel_feat, got 3; the training data has 14"):
         train([str(shards / "synth1.zst")], tmp_path / "m.pt", NetConfig(**TINY), fast_opts(epochs=1),
               valid=[bad], progress=quiet)
-    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 9 kernel "
+    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 14 kernel "
                                           r"features in kernel_feat, got 3; the records before it"):
         train([bad], tmp_path / "m.pt", NetConfig(**TINY), fast_opts(epochs=1), progress=quiet)
     # resumed on other data: checked against the stored scaling
     train([str(shards / "synth1.zst")], tmp_path / "k.pt", NetConfig(**TINY), fast_opts(epochs=1),
           keep_state=True, progress=quiet)
-    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 9 kernel "
-                                          r"features in kernel_feat, got 3; the training data has 9"):
+    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 14 kernel "
+                                          r"features in kernel_feat, got 3; the training data has 14"):
         train([bad], tmp_path / "k.pt", opts=fast_opts(epochs=2), resume=True, given={"epochs"},
               progress=quiet)
 
@@ -628,3 +628,39 @@ def test_example_rejects_a_null_graph_field(field):
     record = dict(synthetic_records(n_programs=1, kernels=1)[0], **{field: None})
     with pytest.raises(StreamError, match=f"record 4 .*: field.s. {field} are null"):
         example(record, 4, "g.msgpack")
+
+
+@pytest.mark.parametrize("memory_mb", [2048, 0.01])
+def test_kernel_features_option_reads_the_first_ones(shards, tmp_path, memory_mb):
+    """--kernel-features N trains on the first N kernel features of records
+    with more (in memory and streamed); the model reads the first N of any
+    record after it, and records with fewer are a clear error."""
+    from tpuperf_cli.model.predict import load_model
+
+    out = tmp_path / "k5.pt"
+    train([str(shards / "*.zst")], out, NetConfig(**TINY),
+          fast_opts(epochs=2, memory_mb=memory_mb, kernel_features=5), split=str(shards / "split.json"),
+          progress=quiet)
+    d = torch.load(out, weights_only=True)
+    assert d["scaling"]["kernel_features"] == 5
+    recs = synthetic_records(n_programs=1, kernels=4, seed=21)
+    assert recs[0]["kernel_feat"].size == 14
+    pred = load_model(str(out)).predict_examples([example(r) for r in recs])
+    assert pred.shape == (4,) and np.all(pred > 0)
+    few = synthetic_records(n_programs=1, kernels=2, seed=22, kernel_features=3)
+    (bad,) = write_shards(tmp_path, few)
+    with pytest.raises(StreamError, match=r"record 1 \(synth0/fusion.0\): expected 5 kernel features "
+                                          r"in kernel_feat, got 3; --kernel-features asks for 5"):
+        train([str(bad)], tmp_path / "m.pt", NetConfig(**TINY), fast_opts(epochs=1, kernel_features=5),
+              progress=quiet)
+
+
+def test_kernel_features_option_on_the_command_line(shards, tmp_path):
+    out = tmp_path / "cli.pt"
+    from tpuperf_cli.commands.train import cli
+
+    res = CliRunner().invoke(cli, ["--data", str(shards / "synth0.zst"), "-o", str(out), "--epochs", "1",
+                                   "--hidden", "8", "--opcode-dim", "4", "--layers", "1",
+                                   "--kernel-features", "9", "-q"])
+    assert res.exit_code == 0, res.output
+    assert torch.load(out, weights_only=True)["scaling"]["kernel_features"] == 9

@@ -106,9 +106,18 @@ NODE_FEATURES = 140
 # many as it was trained with, so records featurized later still serve it.
 # matmul_*: the GEMM a kernel's largest dot or convolution amounts to (batch
 # x (m x k) . (k x n); 0 without one): the shape decides its speed, which
-# flops and bytes alone do not
+# flops and bytes alone do not. matmul_*_align: log2 of the largest power of
+# two dividing m, n and k, at most 7: how well the GEMM fills vector lanes
+# (16 f32 to an AVX-512 register, 128 lanes on a TPU); XLA:CPU runs 1-D
+# convolutions whose features are multiples of 16 at 1.5x the speed of
+# others, which log-scaled sizes hide. matmul_lhs/rhs_k_minor: 1 where the
+# operand's minor-most physical dim is contracted over (TpuGraphs' node
+# features hold layouts but not a dot's contracting dims): a batched dot
+# with a transposed rhs ran 2.6x slower than one with the same sizes
 KERNEL_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "output_bytes",
-                   "matmul_batch", "matmul_m", "matmul_n", "matmul_k")
+                   "matmul_batch", "matmul_m", "matmul_n", "matmul_k",
+                   "matmul_m_align", "matmul_n_align", "matmul_k_align",
+                   "matmul_lhs_k_minor", "matmul_rhs_k_minor")
 # what featurize wrote before the matmul_* features (2026-11-25)
 BASE_KERNEL_FEATURES = 5
 # The three bound lists of a tile configuration, in the order TpuGraphs lays

@@ -45,10 +45,12 @@ def cli(inputs, output, skip_bad, quiet):
                                     point from user to operand); one row per
                                     distinct operand, and one from a caller
                                     to each called computation's root
-      kernel_feat  float32 (9)      flops, transcendentals, bytes_read,
+      kernel_feat  float32 (14)     flops, transcendentals, bytes_read,
                                     bytes_written, output_bytes,
                                     matmul_batch, matmul_m, matmul_n,
-                                    matmul_k
+                                    matmul_k, matmul_m_align,
+                                    matmul_n_align, matmul_k_align,
+                                    matmul_lhs_k_minor, matmul_rhs_k_minor
       config_feat  float32 (24)     tile config: kernel_bounds, output_bounds,
                                     input_bounds, each 6 entries + sum +
                                     product (zeros without a "config" field)
@@ -94,8 +96,14 @@ def cli(inputs, output, skip_bad, quiet):
     flops, in the kernel or a fusion it runs) as a GEMM, batch x (m x k) .
     (k x n): a dot's batch, free and contracting sizes; a convolution's
     feature groups, batch x output positions, output features per group,
-    and input features per group x window taps; zeros without one. Models
-    trained on records of the first five read the first five.
+    and input features per group x window taps; zeros without one.
+    matmul_*_align: log2 of the largest power of two dividing m, n and k,
+    at most 7 (a GEMM whose sizes fill the vector lanes runs faster).
+    matmul_lhs_k_minor, matmul_rhs_k_minor: 1 where the operand's
+    minor-most physical dimension is one the product contracts over (a
+    dot's contracting dims, a convolution's input features), else 0.
+    Kernel features are only appended: a model reads the first ones, as
+    many as it was trained with.
 
     \b
     Examples:

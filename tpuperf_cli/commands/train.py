@@ -61,6 +61,11 @@ from tpuperf_cli.errors import TpuperfError
                    "evenly across the sources first (fusions, ops, sweeps, heavy...), then "
                    "across each source's pseudo-programs, so that a source of few "
                    "pseudo-programs weighs as much as one of many.")
+@click.option("--kernel-features", type=click.IntRange(0), default=0, metavar="N",
+              help="Read only the first N kernel features of the records (featurize's "
+                   "kernel_feat order; 5: without the matmul ones, 9: without their "
+                   "alignment and layout), to compare with a model trained on records of fewer. "
+                   "[default: 0, all of them]")
 @click.option("--configs", type=click.IntRange(2), default=16, show_default=True,
               help="Tile task: configurations drawn per kernel per epoch.")
 @click.option("--memory-mb", type=click.FloatRange(1), default=2048, show_default=True,
@@ -115,7 +120,8 @@ from tpuperf_cli.errors import TpuperfError
 @click.option("--name", help="Model name stem recorded in predictions (default: FILE's file name).")
 @quiet_option(help="No progress lines or summary on stderr (warnings still go there).")
 def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, weight_decay, margin,
-        noise_scale, patience, monitor, min_us, even, generated_share, generated_even, configs, memory_mb, seed,
+        noise_scale, patience, monitor, min_us, even, generated_share, generated_even, kernel_features, configs,
+        memory_mb, seed,
         device, threads, max_time, ema, gnn, layers, hidden, opcode_dim, neighbors, aggregate,
         directed, normalize, kernel_head, reduction, heads, seq_layers, dropout, resume, keep_state, name, quiet):
     """Train a performance model (a graph neural network) on measured kernels.
@@ -222,7 +228,7 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
                         patience=patience,
                         monitor=monitor or "", min_runtime_ns=min_us * 1000.0, even=even,
                         generated_share=-1.0 if generated_share is None else generated_share,
-                        generated_even=generated_even,
+                        generated_even=generated_even, kernel_features=kernel_features,
                         configs=configs, memory_mb=memory_mb, seed=seed, device=device,
                         threads=threads, max_time=max_time, ema=ema)
     quiet_progress = {"progress": _warnings_only} if quiet else {}

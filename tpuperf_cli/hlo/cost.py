@@ -282,16 +282,55 @@ def matmul_shape(an, comp, ins) -> tuple[int, int, int, int]:
     return groups, m, n, k
 
 
+def _minor_dim(shape) -> int:
+    """The minor-most physical dimension of an array shape (XLA's default
+    layout, rank-1..0, when none was printed); -1 for a scalar."""
+    if shape.minor_to_major:
+        return shape.minor_to_major[0]
+    return len(shape.dims) - 1
+
+
+def matmul_layout(an, comp, ins) -> tuple[int, int]:
+    """(lhs_k_minor, rhs_k_minor) of a dot or convolution: 1 where the
+    operand's minor-most physical dimension is one it contracts over (a
+    dot's contracting dims; a convolution's input features, of the input
+    and of the kernel), else 0. A row-major GEMM's operands are (1, 0); a
+    transposed rhs (1, 1) runs 2.6x slower on XLA:CPU at the same sizes."""
+    lhs, rhs = an._operand(comp, ins, 0), an._operand(comp, ins, 1)
+    a = ins.attrs
+    if ins.opcode == "dot":
+        lk = attrs.int_list(a.get("lhs_contracting_dims", "{}"))
+        rk = attrs.int_list(a.get("rhs_contracting_dims", "{}"))
+    else:
+        d = attrs.conv_dims(a["dim_labels"])
+        lk, rk = [d["input_feature"]], [d["kernel_input_feature"]]
+    return int(_minor_dim(lhs) in lk), int(_minor_dim(rhs) in rk)
+
+
+# the alignment features stop at 128 (2^7), a TPU's lane width
+MAX_ALIGN_LOG2 = 7
+
+
+def alignment(size: int) -> int:
+    """log2 of the largest power of two dividing size, at most
+    MAX_ALIGN_LOG2; 0 for 0 (no matmul) and odd sizes."""
+    size = int(size)
+    if size <= 0:
+        return 0
+    return min(MAX_ALIGN_LOG2, (size & -size).bit_length() - 1)
+
+
 def _largest_matmul(an, comp, seen=None):
-    """(flops, (batch, m, n, k)) of the dot or convolution with the most
-    flops in comp and the computations its fusions run; (0, zeros) without."""
+    """(flops, (batch, m, n, k, lhs_k_minor, rhs_k_minor)) of the dot or
+    convolution with the most flops in comp and the computations its
+    fusions run (matmul_shape, matmul_layout); (0, zeros) without."""
     seen = set() if seen is None else seen
-    best = (0, (0, 0, 0, 0))
+    best = (0, (0, 0, 0, 0, 0, 0))
     for ins in comp.instructions:
         if ins.opcode in ("dot", "convolution"):
             f, _ = an.instruction(comp, ins)
             if f > best[0] or best[0] == 0:
-                best = (f, matmul_shape(an, comp, ins))
+                best = (f, matmul_shape(an, comp, ins) + matmul_layout(an, comp, ins))
         elif ins.opcode == "fusion":
             name = _called(ins).strip().lstrip("%")
             fused = an.module.computations.get(name)
@@ -515,12 +554,15 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
 
     Returns {KERNEL_FEATURES: "flops", "transcendentals", "bytes_read",
     "bytes_written", "output_bytes", "matmul_batch", "matmul_m", "matmul_n",
-    "matmul_k"} (ints, floats for the halves of triangular-solve and
-    cholesky). flops and transcendentals are summed over every instruction
+    "matmul_k", "matmul_m_align", "matmul_n_align", "matmul_k_align",
+    "matmul_lhs_k_minor", "matmul_rhs_k_minor"} (ints, floats for the
+    halves of triangular-solve and cholesky). flops and transcendentals are summed over every instruction
     of the ENTRY computation (parameters cost nothing), as XLA's
     HloCostAnalysis sums them; the bytes are those of the ENTRY root;
     matmul_* are matmul_shape of the dot or convolution with the most flops,
-    in the ENTRY computation or a fusion's (zeros without one).
+    in the ENTRY computation or a fusion's (zeros without one), and
+    matmul_*_align the alignment() of its m, n and k, and
+    matmul_*_k_minor its matmul_layout.
     Raises CostError for a module it cannot cost.
     """
     an = _Analysis(module)
@@ -542,8 +584,9 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     except (KeyError, ValueError, IndexError) as e:
         raise CostError(f"a dot or convolution of the kernel cannot be read as a matmul: "
                         f"{e}") from None
+    aligned = [alignment(x) for x in matmul[1:4]]
     return dict(zip(KERNEL_FEATURES, (flops, trans, read, written, root.shape.byte_size(),
-                                      *matmul)))
+                                      *matmul[:4], *aligned, *matmul[4:])))
 
 
 def computation_cost(module: Module, name: str) -> tuple[int | float, int | float]:

@@ -178,6 +178,7 @@ class Corpus:
         self.nbytes = 0
         self.rank, self.world = shard
         self.local = 0             # examples of this rank
+        self.kernel_features = None   # kernel features kept of each example (None: all)
 
     # -------------------------------------------------------- one pass
     def _records(self, path, mine_only=False):
@@ -199,7 +200,10 @@ class Corpus:
                 index += 1
                 if mine_only and not mine:
                     continue
-            yield example(record, number, name), record, number, name, mine
+            ex = example(record, number, name)
+            if ex is not None and self.kernel_features and ex.kernel_feat.size > self.kernel_features:
+                ex.kernel_feat = ex.kernel_feat[:self.kernel_features]   # a model reads the first
+            yield ex, record, number, name, mine
 
     def scan(self, scaler: Scaler | None = None, kernel_features: int | None = None) -> Corpus:
         """The first pass: fit scaler (if given), count programs, cache if it
@@ -208,6 +212,7 @@ class Corpus:
         cache = {}
         keep = True
         groups = {}
+        self.kernel_features = kernel_features or (scaler.kernel_features if scaler else None)
         for path in self.paths:
             kept = []
             for ex, record, number, name, mine in self._records(path):

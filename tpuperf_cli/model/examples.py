@@ -237,6 +237,7 @@ class Scaler:
 
     def __init__(self, kernel_features: int | None = None):
         self.kernel_features = kernel_features
+        self.asked = kernel_features        # train --kernel-features
         self.lo = None
         self.hi = None
         self.opcodes = set()
@@ -256,8 +257,9 @@ class Scaler:
         if self.kernel_features is None:
             self.kernel_features = ex.kernel_feat.size
         if ex.kernel_feat.size != self.kernel_features:
-            raise StreamError(kernel_features_error(ex, self.kernel_features, where,
-                                                    why=f"; the records before it have {self.kernel_features}"))
+            why = (f"; --kernel-features asks for {self.asked}" if self.asked else
+                   f"; the records before it have {self.kernel_features}")
+            raise StreamError(kernel_features_error(ex, self.kernel_features, where, why=why))
         node = slog(ex.node_feat)
         kc = slog(np.concatenate([ex.kernel_feat, ex.config_feat]))
         lo = np.concatenate([node.min(0), kc])
@@ -301,6 +303,7 @@ class Scaler:
     @classmethod
     def from_dict(cls, d: dict) -> Scaler:
         s = cls(int(d["kernel_features"]))
+        s.asked = None
         s.lo = np.asarray(d["lo"], np.float32)
         s.hi = np.asarray(d["hi"], np.float32)
         if s.lo.shape != s.hi.shape or s.lo.size != s.width:

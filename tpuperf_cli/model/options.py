@@ -42,6 +42,7 @@ class TrainOptions:
                                     # (pseudo-programs "SOURCE:NAME"); -1: a program each
     generated_even: str = "program"     # that share evenly across pseudo-programs, or
                                         # "source": across sources, then their pseudo-programs
+    kernel_features: int = 0    # read the first N kernel features of the records (0: all)
     configs: int = 16           # tile task: configurations drawn per kernel per epoch
     memory_mb: float = 2048     # decoded examples kept in memory; beyond that, stream shards
     seed: int = 0               # seeds numpy, torch and the sampling
@@ -78,6 +79,8 @@ class TrainOptions:
             raise TpuperfError("--generated-share must be in [0, 1)", exit_code=2)
         if self.generated_even not in ("program", "source"):
             raise TpuperfError("--generated-even must be program or source", exit_code=2)
+        if self.kernel_features < 0:
+            raise TpuperfError("--kernel-features must be at least 0", exit_code=2)
         if self.task == "tile" and self.configs < 2:
             raise TpuperfError("--configs must be at least 2 for the tile task")
         return self
