@@ -240,7 +240,8 @@ def test_kernel_feature_names():
     assert KERNEL_FEATURES == ("flops", "transcendentals", "bytes_read", "bytes_written",
                                "output_bytes", "matmul_batch", "matmul_m", "matmul_n",
                                "matmul_k", "matmul_m_align", "matmul_n_align",
-                               "matmul_k_align", "matmul_lhs_k_minor", "matmul_rhs_k_minor")
+                               "matmul_k_align", "matmul_lhs_k_minor", "matmul_rhs_k_minor",
+                               "relayout_bytes")
 
 
 def matmul(c):
@@ -367,3 +368,40 @@ ENTRY e {
 """)
     assert layout(nchw) == (0, 0)
     assert layout(cost(FUSION)) == (0, 0)
+
+
+def test_relayout_bytes_counts_operands_read_in_another_layout():
+    # a WaveNet add: both operands in the result's layout
+    same = cost("""HloModule a
+ENTRY e {
+  x = f32[8,512,48]{2,1,0} parameter(0)
+  y = f32[8,512,48]{2,1,0} parameter(1)
+  ROOT a = f32[8,512,48]{2,1,0} add(x, y)
+}
+""")
+    assert same["relayout_bytes"] == 0
+    # one operand laid out the other way round: 8*512*48*4 bytes transposed
+    other = cost("""HloModule a
+ENTRY e {
+  x = f32[8,512,48]{0,1,2} parameter(0)
+  y = f32[8,512,48]{2,1,0} parameter(1)
+  ROOT a = f32[8,512,48]{2,1,0} add(x, y)
+}
+""")
+    assert other["relayout_bytes"] == 8 * 512 * 48 * 4
+    # a copy that changes the layout, inside a fusion; no layout printed
+    # is XLA's default ({1,0} here)
+    fused = cost("""HloModule f
+fc {
+  p = f32[64,32]{0,1} parameter(0)
+  c = f32[64,32] copy(p)
+  ROOT n = f32[64,32]{1,0} negate(c)
+}
+ENTRY e {
+  x = f32[64,32]{0,1} parameter(0)
+  ROOT f = f32[64,32]{1,0} fusion(x), kind=kLoop, calls=fc
+}
+""")
+    assert fused["relayout_bytes"] == 64 * 32 * 4
+    # a broadcast or a reduce changes dims, not layout: not counted
+    assert cost(FUSION)["relayout_bytes"] == 0

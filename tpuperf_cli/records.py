@@ -113,11 +113,14 @@ NODE_FEATURES = 140
 # others, which log-scaled sizes hide. matmul_lhs/rhs_k_minor: 1 where the
 # operand's minor-most physical dim is contracted over (TpuGraphs' node
 # features hold layouts but not a dot's contracting dims): a batched dot
-# with a transposed rhs ran 2.6x slower than one with the same sizes
+# with a transposed rhs ran 2.6x slower than one with the same sizes.
+# relayout_bytes: what elementwise ops and copies read in another physical
+# layout than they write (a transposition in memory: 7x to 18x slower per
+# byte in the corpus's generated adds, copies and selects)
 KERNEL_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "output_bytes",
                    "matmul_batch", "matmul_m", "matmul_n", "matmul_k",
                    "matmul_m_align", "matmul_n_align", "matmul_k_align",
-                   "matmul_lhs_k_minor", "matmul_rhs_k_minor")
+                   "matmul_lhs_k_minor", "matmul_rhs_k_minor", "relayout_bytes")
 # what featurize wrote before the matmul_* features (2026-11-25)
 BASE_KERNEL_FEATURES = 5
 # The three bound lists of a tile configuration, in the order TpuGraphs lays

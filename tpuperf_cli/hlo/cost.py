@@ -307,6 +307,37 @@ def matmul_layout(an, comp, ins) -> tuple[int, int]:
     return int(_minor_dim(lhs) in lk), int(_minor_dim(rhs) in rk)
 
 
+def _layout(shape) -> tuple:
+    return tuple(shape.minor_to_major) if shape.minor_to_major else tuple(range(len(shape.dims) - 1, -1, -1))
+
+
+def relayout_bytes(module: Module, comp, seen=None) -> int:
+    """Bytes that the kernel's elementwise ops and copies read in another
+    physical layout than they write (an operand of the same dims whose
+    minor_to_major differs from the result's): a transposition in
+    memory, which runs up to 10x slower than the same op without one. In
+    comp and the computations its fusions run."""
+    seen = set() if seen is None else seen
+    total = 0
+    for ins in comp.instructions:
+        if ins.opcode == "fusion":
+            name = _called(ins)
+            fused = module.computations.get(name)
+            if fused is not None and name not in seen:
+                seen.add(name)
+                total += relayout_bytes(module, fused, seen)
+            continue
+        if (ins.opcode not in ELEMENTWISE and ins.opcode != "copy") or not ins.shape.is_array:
+            continue
+        for name in ins.operands:
+            operand = comp.by_name.get(name)
+            shape = operand.shape if operand is not None else None
+            if (shape is not None and shape.is_array and shape.dims == ins.shape.dims
+                    and _layout(shape) != _layout(ins.shape)):
+                total += shape.byte_size()
+    return total
+
+
 # the alignment features stop at 128 (2^7), a TPU's lane width
 MAX_ALIGN_LOG2 = 7
 
@@ -555,14 +586,15 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     Returns {KERNEL_FEATURES: "flops", "transcendentals", "bytes_read",
     "bytes_written", "output_bytes", "matmul_batch", "matmul_m", "matmul_n",
     "matmul_k", "matmul_m_align", "matmul_n_align", "matmul_k_align",
-    "matmul_lhs_k_minor", "matmul_rhs_k_minor"} (ints, floats for the
-    halves of triangular-solve and cholesky). flops and transcendentals are summed over every instruction
+    "matmul_lhs_k_minor", "matmul_rhs_k_minor", "relayout_bytes"} (ints,
+    floats for the halves of triangular-solve and cholesky). flops and transcendentals are summed over every instruction
     of the ENTRY computation (parameters cost nothing), as XLA's
     HloCostAnalysis sums them; the bytes are those of the ENTRY root;
     matmul_* are matmul_shape of the dot or convolution with the most flops,
     in the ENTRY computation or a fusion's (zeros without one), and
     matmul_*_align the alignment() of its m, n and k, and
-    matmul_*_k_minor its matmul_layout.
+    matmul_*_k_minor its matmul_layout; relayout_bytes as relayout_bytes()
+    counts them.
     Raises CostError for a module it cannot cost.
     """
     an = _Analysis(module)
@@ -585,8 +617,9 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
         raise CostError(f"a dot or convolution of the kernel cannot be read as a matmul: "
                         f"{e}") from None
     aligned = [alignment(x) for x in matmul[1:4]]
+    relayout = relayout_bytes(module, comp)
     return dict(zip(KERNEL_FEATURES, (flops, trans, read, written, root.shape.byte_size(),
-                                      *matmul[:4], *aligned, *matmul[4:])))
+                                      *matmul[:4], *aligned, *matmul[4:], relayout)))
 
 
 def computation_cost(module: Module, name: str) -> tuple[int | float, int | float]:
