@@ -2,7 +2,8 @@
 """A plain LightGBM beside the GNN: the same features, training programs
 and test programs, scored the same way (benchmarks/bench_accuracy.py).
 
-Features of a kernel, one row each: its kernel_feat; node_feat pooled over
+Features of a kernel, one row each: its kernel_feat (the first
+--kernel-features, by default as many as the GNN reads); node_feat pooled over
 its nodes (sum, mean and max of each of the 140 columns); how many nodes
 of each opcode; node and edge counts. Target: log runtime, fitted with L2
 loss (gradient-boosted trees, --trees at most, early stopping on the
@@ -44,13 +45,14 @@ from tpuperf_cli.model.examples import example  # noqa: E402
 OPCODES = 256        # opcode-count columns (ids beyond share the last)
 
 
-def features(examples):
-    """One row per kernel: kernel_feat, node_feat sum/mean/max, opcode counts, sizes."""
+def features(examples, kernel_features=None):
+    """One row per kernel: kernel_feat (its first kernel_features), node_feat
+    sum/mean/max, opcode counts, sizes."""
     rows = []
     for ex in examples:
         nf = ex.node_feat.astype(np.float64)
         counts = np.bincount(np.clip(ex.opcode, 0, OPCODES - 1), minlength=OPCODES)
-        rows.append(np.concatenate([ex.kernel_feat, nf.sum(0), nf.mean(0), nf.max(0), counts,
+        rows.append(np.concatenate([ex.kernel_feat[:kernel_features], nf.sum(0), nf.mean(0), nf.max(0), counts,
                                     [ex.n, ex.edges.shape[0]]]))
     return np.asarray(rows, np.float64)
 
@@ -58,7 +60,7 @@ def features(examples):
 def fit(train, valid, args):
     import lightgbm
 
-    xt = features([example(r, i) for i, r in enumerate(train, 1)])
+    xt = features([example(r, i) for i, r in enumerate(train, 1)], args.kernel_features)
     yt = np.log([r["runtime_ns"] for r in train])
     params = {"objective": "regression", "learning_rate": args.lr, "num_leaves": args.leaves,
               "min_data_in_leaf": 10, "bagging_fraction": 0.8, "bagging_freq": 1,
@@ -73,7 +75,7 @@ def fit(train, valid, args):
     data = lightgbm.Dataset(xt, yt, weight=weight)
     sets, callbacks = [], []
     if valid:
-        xv = features([example(r, i) for i, r in enumerate(valid, 1)])
+        xv = features([example(r, i) for i, r in enumerate(valid, 1)], args.kernel_features)
         sets = [lightgbm.Dataset(xv, np.log([r["runtime_ns"] for r in valid]), reference=data)]
         callbacks = [lightgbm.early_stopping(50, verbose=False)]
     return lightgbm.train(params, data, num_boost_round=args.trees, valid_sets=sets, callbacks=callbacks)
@@ -91,7 +93,7 @@ def one_split(split_path, model, args):
     t = time.time()
     gbm = fit(train, valid, args)
     t_fit = time.time() - t
-    pred_l = np.exp(gbm.predict(features(test_ex), num_iteration=gbm.best_iteration or None))
+    pred_l = np.exp(gbm.predict(features(test_ex, args.kernel_features), num_iteration=gbm.best_iteration or None))
     pred_g = model.predict_examples(test_ex)
 
     fields = ("mape", "tau", "total_ape")
@@ -126,6 +128,9 @@ def main():
                     help="with --generated-share: the same share for every generated kernel "
                          "(program), or for each source first, then its kernels alike "
                          "(source), as `tpuperf train --generated-even source`")
+    ap.add_argument("--kernel-features", type=int, metavar="N",
+                    help="use the first N kernel features of the records (default: as many as "
+                         "the GNN reads, the same features)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
     try:
@@ -135,13 +140,17 @@ def main():
     from tpuperf_cli.model.predict import load_model
 
     model = load_model(args.model)
+    if args.kernel_features is None:
+        args.kernel_features = model.scaler.kernel_features
     splits = args.split or [os.path.join(ROOT, "examples/splits", s) for s in ("random.json", "manual.json")]
     results = [one_split(s, model, args) for s in splits]
     if args.json:
-        print(json.dumps({"model": model.name, "results": results}, indent=1))
+        print(json.dumps({"model": model.name, "kernel_features": args.kernel_features,
+                          "results": results}, indent=1))
         return
     print(f"median over test programs, kernels >= {args.min_us:g} us; GNN: model {model.name}; "
-          f"LightGBM: log runtime, L2, early stopping on the split's valid programs, {args.threads} thread(s)")
+          f"LightGBM: log runtime, L2, early stopping on the split's valid programs, {args.threads} thread(s), "
+          f"{args.kernel_features} kernel features")
     head = (f"{'split':12s} {'progs':>5s} {'kernels':>7s} | {'GNN MAPE':>8s} {'tau':>6s} {'prog.err':>8s} | "
             f"{'LGBM MAPE':>9s} {'tau':>6s} {'prog.err':>8s} {'trees':>5s} | {'LGBM/GNN':>8s}")
     print(head)
