@@ -351,21 +351,17 @@ def test_matmul_layout_says_which_operands_are_contracted_along_their_minor_dim(
     assert layout(cost(dot_module("[8,64,256]", "[8,256,512]", "[8,64,512]", 2, 1))) == (1, 0)
     # convolutions: NHWC input and HWIO kernel (features minor, outputs
     # minor), then NCHW input and OIHW kernel (spatial minor)
-    nhwc = cost("""HloModule c
-ENTRY e {
-  x = f32[2,10,10,8]{3,2,1,0} parameter(0)
-  w = f32[3,3,8,16]{3,2,1,0} parameter(1)
-  ROOT c = f32[2,8,8,16]{3,2,1,0} convolution(x, w), window={size=3x3}, dim_labels=b01f_01io->b01f
-}
+    def conv(x, w, out, labels):
+        return cost(f"""HloModule c
+ENTRY e {{
+  x = f32{x}{{3,2,1,0}} parameter(0)
+  w = f32{w}{{3,2,1,0}} parameter(1)
+  ROOT c = f32{out}{{3,2,1,0}} convolution(x, w), window={{size=3x3}}, dim_labels={labels}
+}}
 """)
-    assert layout(nhwc) == (1, 0)
-    nchw = cost("""HloModule c
-ENTRY e {
-  x = f32[2,8,10,10]{3,2,1,0} parameter(0)
-  w = f32[16,8,3,3]{3,2,1,0} parameter(1)
-  ROOT c = f32[2,16,8,8]{3,2,1,0} convolution(x, w), window={size=3x3}, dim_labels=bf01_oi01->bf01
-}
-""")
+
+    assert layout(conv("[2,10,10,8]", "[3,3,8,16]", "[2,8,8,16]", "b01f_01io->b01f")) == (1, 0)
+    nchw = conv("[2,8,10,10]", "[16,8,3,3]", "[2,16,8,8]", "bf01_oi01->bf01")
     assert layout(nchw) == (0, 0)
     assert layout(cost(FUSION)) == (0, 0)
 
