@@ -163,10 +163,7 @@ def shape_features(shape: Shape) -> dict[int, float]:
     if shape.is_tuple:
         row[TUPLE_SIZE] = float(len(shape.tuple_shapes))
     elif shape.is_array:
-        m2m = shape.minor_to_major
-        if m2m is None:
-            m2m = range(len(dims) - 1, -1, -1)
-        for i, d in enumerate(m2m):
+        for i, d in enumerate(shape.layout):
             if i >= 6:
                 break
             row[LAYOUT + i] = float(d)

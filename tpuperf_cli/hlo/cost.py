@@ -282,14 +282,6 @@ def matmul_shape(an, comp, ins) -> tuple[int, int, int, int]:
     return groups, m, n, k
 
 
-def _minor_dim(shape) -> int:
-    """The minor-most physical dimension of an array shape (XLA's default
-    layout, rank-1..0, when none was printed); -1 for a scalar."""
-    if shape.minor_to_major:
-        return shape.minor_to_major[0]
-    return len(shape.dims) - 1
-
-
 def matmul_layout(an, comp, ins) -> tuple[int, int]:
     """(lhs_k_minor, rhs_k_minor) of a dot or convolution: 1 where the
     operand's minor-most physical dimension is one it contracts over (a
@@ -304,36 +296,44 @@ def matmul_layout(an, comp, ins) -> tuple[int, int]:
     else:
         d = attrs.conv_dims(a["dim_labels"])
         lk, rk = [d["input_feature"]], [d["kernel_input_feature"]]
-    return int(_minor_dim(lhs) in lk), int(_minor_dim(rhs) in rk)
+
+    def minor(shape):           # its minor-most physical dim; -1 for a scalar
+        return shape.layout[0] if shape.layout else -1
+
+    return int(minor(lhs) in lk), int(minor(rhs) in rk)
 
 
-def _layout(shape) -> tuple:
-    return tuple(shape.minor_to_major) if shape.minor_to_major else tuple(range(len(shape.dims) - 1, -1, -1))
+def _kernel_instructions(module: Module, comp, seen=None):
+    """(computation, instruction) for every instruction of comp but its
+    fusions, and in each fusion's place those of the computation it runs
+    (each fused computation once, nested fusions too)."""
+    seen = set() if seen is None else seen
+    for ins in comp.instructions:
+        if ins.opcode != "fusion":
+            yield comp, ins
+            continue
+        name = _called(ins).strip().lstrip("%")
+        fused = module.computations.get(name)
+        if fused is not None and name not in seen:
+            seen.add(name)
+            yield from _kernel_instructions(module, fused, seen)
 
 
-def relayout_bytes(module: Module, comp, seen=None) -> int:
+def relayout_bytes(module: Module, comp) -> int:
     """Bytes that the kernel's elementwise ops and copies read in another
     physical layout than they write (an operand of the same dims whose
-    minor_to_major differs from the result's): a transposition in
-    memory, which runs up to 10x slower than the same op without one. In
-    comp and the computations its fusions run."""
-    seen = set() if seen is None else seen
+    layout differs from the result's): a transposition in memory, which
+    runs up to 10x slower than the same op without one. In comp and the
+    computations its fusions run."""
     total = 0
-    for ins in comp.instructions:
-        if ins.opcode == "fusion":
-            name = _called(ins)
-            fused = module.computations.get(name)
-            if fused is not None and name not in seen:
-                seen.add(name)
-                total += relayout_bytes(module, fused, seen)
-            continue
+    for c, ins in _kernel_instructions(module, comp):
         if (ins.opcode not in ELEMENTWISE and ins.opcode != "copy") or not ins.shape.is_array:
             continue
         for name in ins.operands:
-            operand = comp.by_name.get(name)
+            operand = c.by_name.get(name)
             shape = operand.shape if operand is not None else None
             if (shape is not None and shape.is_array and shape.dims == ins.shape.dims
-                    and _layout(shape) != _layout(ins.shape)):
+                    and shape.layout != ins.shape.layout):
                 total += shape.byte_size()
     return total
 
@@ -351,25 +351,16 @@ def alignment(size: int) -> int:
     return min(MAX_ALIGN_LOG2, (size & -size).bit_length() - 1)
 
 
-def _largest_matmul(an, comp, seen=None):
+def _largest_matmul(an, comp):
     """(flops, (batch, m, n, k, lhs_k_minor, rhs_k_minor)) of the dot or
     convolution with the most flops in comp and the computations its
     fusions run (matmul_shape, matmul_layout); (0, zeros) without."""
-    seen = set() if seen is None else seen
     best = (0, (0, 0, 0, 0, 0, 0))
-    for ins in comp.instructions:
+    for c, ins in _kernel_instructions(an.module, comp):
         if ins.opcode in ("dot", "convolution"):
-            f, _ = an.instruction(comp, ins)
+            f, _ = an.instruction(c, ins)
             if f > best[0] or best[0] == 0:
-                best = (f, matmul_shape(an, comp, ins) + matmul_layout(an, comp, ins))
-        elif ins.opcode == "fusion":
-            name = _called(ins).strip().lstrip("%")
-            fused = an.module.computations.get(name)
-            if fused is not None and name not in seen:
-                seen.add(name)
-                got = _largest_matmul(an, fused, seen)
-                if got[0] > best[0] or (best[0] == 0 and any(got[1])):
-                    best = got
+                best = (f, matmul_shape(an, c, ins) + matmul_layout(an, c, ins))
     return best
 
 
@@ -496,13 +487,9 @@ _HANDLERS = {
 
 def _transpose_is_bitcast(ins, operand):
     perm = attrs.int_list(ins.attrs.get("dimensions", "{}"))
-    out_m2m = ins.shape.minor_to_major
-    in_m2m = operand.minor_to_major
+    out_m2m = ins.shape.layout
+    in_m2m = operand.layout
     rank = len(ins.shape.dims)
-    if out_m2m is None:
-        out_m2m = tuple(range(rank - 1, -1, -1))
-    if in_m2m is None:
-        in_m2m = tuple(range(rank - 1, -1, -1))
     if len(perm) != rank or len(out_m2m) != rank or len(in_m2m) != rank:
         return False
     return all(perm[out_m2m[k]] == in_m2m[k] for k in range(rank))
@@ -587,8 +574,9 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     "bytes_written", "output_bytes", "matmul_batch", "matmul_m", "matmul_n",
     "matmul_k", "matmul_m_align", "matmul_n_align", "matmul_k_align",
     "matmul_lhs_k_minor", "matmul_rhs_k_minor", "relayout_bytes"} (ints,
-    floats for the halves of triangular-solve and cholesky). flops and transcendentals are summed over every instruction
-    of the ENTRY computation (parameters cost nothing), as XLA's
+    floats for the halves of triangular-solve and cholesky). flops and
+    transcendentals are summed over every instruction of the ENTRY
+    computation (parameters cost nothing), as XLA's
     HloCostAnalysis sums them; the bytes are those of the ENTRY root;
     matmul_* are matmul_shape of the dot or convolution with the most flops,
     in the ENTRY computation or a fusion's (zeros without one), and

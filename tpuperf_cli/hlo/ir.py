@@ -96,6 +96,14 @@ class Shape:
     def rank(self) -> int:
         return len(self.dims)
 
+    @property
+    def layout(self) -> tuple:
+        """minor_to_major as printed, or XLA's default (rank-1 .. 0) when no
+        layout was printed (as XLA's HLO parser gives it)."""
+        if self.minor_to_major is None:
+            return tuple(range(len(self.dims) - 1, -1, -1))
+        return tuple(self.minor_to_major)
+
     # Shapes are read-only once made (the parser shares them), so the sizes
     # the cost analysis asks for again and again are kept on the object.
 
