@@ -241,7 +241,7 @@ def test_kernel_feature_names():
                                "output_bytes", "matmul_batch", "matmul_m", "matmul_n",
                                "matmul_k", "matmul_m_align", "matmul_n_align",
                                "matmul_k_align", "matmul_lhs_k_minor", "matmul_rhs_k_minor",
-                               "relayout_bytes")
+                               "relayout_bytes", "output_minor_dim")
 
 
 def matmul(c):
@@ -401,3 +401,27 @@ ENTRY e {
     assert fused["relayout_bytes"] == 64 * 32 * 4
     # a broadcast or a reduce changes dims, not layout: not counted
     assert cost(FUSION)["relayout_bytes"] == 0
+
+
+def test_output_minor_dim_follows_the_physical_layout():
+    def add(shape):
+        return cost(f"""HloModule a
+ENTRY e {{
+  x = {shape} parameter(0)
+  ROOT a = {shape} add(x, x)
+}}
+""")["output_minor_dim"]
+    # the slow adds of the corpus (minor dim 32) and the fast ones (40)
+    assert add("f32[16,8,8,32]{3,2,1,0}") == 32
+    assert add("f32[16,8,8,40]") == 40                 # XLA's default layout
+    assert add("f32[16,8,8,32]{0,3,2,1}") == 16        # dim 0 is minor-most
+    assert add("f32[]") == 0
+    # a tuple root: its largest array's
+    tup = cost("""HloModule t
+ENTRY e {
+  x = f32[4,1024]{0,1} parameter(0)
+  y = f32[7]{0} parameter(1)
+  ROOT t = (f32[4,1024]{0,1}, f32[7]{0}) tuple(x, y)
+}
+""")
+    assert tup["output_minor_dim"] == 4

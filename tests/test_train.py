@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from tpuperf_cli.errors import StreamError, TpuperfError
 from tpuperf_cli.model.data import Corpus, make_batch
 from tpuperf_cli.model.examples import Scaler, example, topological_order
-from tpuperf_cli.records import new_record
+from tpuperf_cli.records import KERNEL_FEATURES, new_record
 from tpuperf_cli.stream import RecordWriter
 
 from synthetic import synthetic_records
@@ -95,7 +95,7 @@ def test_scaler_min_max_from_training_data_and_round_trip():
         s.update(ex)
     s.finish()
     b = make_batch(exs, s, s.opcode_table(139))
-    assert b.x.shape == (sum(ex.n for ex in exs), 140 + 15 + 24)
+    assert b.x.shape == (sum(ex.n for ex in exs), 140 + len(KERNEL_FEATURES) + 24)
     assert b.x.min() >= -1e-6 and b.x.max() <= 1 + 1e-6
     assert abs(float(np.mean(b.y))) < 0.5          # standardised log runtime
     s2 = Scaler.from_dict(json.loads(json.dumps(s.to_dict())))
@@ -301,7 +301,7 @@ def test_tiny_model_trains_and_loss_falls(shards, tmp_path):
     assert d["format"] == "tpuperf-model" and d["task"] == "fusion"
     assert d["trained"]["programs"] == ["synth0", "synth1", "synth2"]
     assert d["trained"]["split"].endswith("split.json")
-    assert d["scaling"]["kernel_features"] == 15 and 34 in d["opcodes"]
+    assert d["scaling"]["kernel_features"] == len(KERNEL_FEATURES) and 34 in d["opcodes"]
 
 
 def test_valid_shards_take_precedence_over_the_splits_valid_programs(shards, tmp_path):
@@ -543,18 +543,18 @@ def test_records_with_another_number_of_kernel_features_are_clear_errors(shards,
     recs = synthetic_records(n_programs=1, kernels=4, seed=9)
     recs[2]["kernel_feat"] = np.zeros(3, np.float32)
     (bad,) = write_shards(tmp_path, recs)
-    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 15 kernel "
-                                          r"features in kernel_feat, got 3; the training data has 15"):
+    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 16 kernel "
+                                          r"features in kernel_feat, got 3; the training data has 16"):
         train([str(shards / "synth1.zst")], tmp_path / "m.pt", NetConfig(**TINY), fast_opts(epochs=1),
               valid=[bad], progress=quiet)
-    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 15 kernel "
+    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 16 kernel "
                                           r"features in kernel_feat, got 3; the records before it"):
         train([bad], tmp_path / "m.pt", NetConfig(**TINY), fast_opts(epochs=1), progress=quiet)
     # resumed on other data: checked against the stored scaling
     train([str(shards / "synth1.zst")], tmp_path / "k.pt", NetConfig(**TINY), fast_opts(epochs=1),
           keep_state=True, progress=quiet)
-    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 15 kernel "
-                                          r"features in kernel_feat, got 3; the training data has 15"):
+    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 16 kernel "
+                                          r"features in kernel_feat, got 3; the training data has 16"):
         train([bad], tmp_path / "k.pt", opts=fast_opts(epochs=2), resume=True, given={"epochs"},
               progress=quiet)
 
@@ -646,7 +646,7 @@ def test_kernel_features_option_reads_the_first_ones(shards, tmp_path, memory_mb
     d = torch.load(out, weights_only=True)
     assert d["scaling"]["kernel_features"] == 5
     recs = synthetic_records(n_programs=1, kernels=4, seed=21)
-    assert recs[0]["kernel_feat"].size == 15
+    assert recs[0]["kernel_feat"].size == len(KERNEL_FEATURES)
     pred = load_model(str(out)).predict_examples([example(r) for r in recs])
     assert pred.shape == (4,) and np.all(pred > 0)
     few = synthetic_records(n_programs=1, kernels=2, seed=22, kernel_features=3)

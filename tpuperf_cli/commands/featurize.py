@@ -45,13 +45,13 @@ def cli(inputs, output, skip_bad, quiet):
                                     point from user to operand); one row per
                                     distinct operand, and one from a caller
                                     to each called computation's root
-      kernel_feat  float32 (15)     flops, transcendentals, bytes_read,
+      kernel_feat  float32 (16)     flops, transcendentals, bytes_read,
                                     bytes_written, output_bytes,
                                     matmul_batch, matmul_m, matmul_n,
                                     matmul_k, matmul_m_align,
                                     matmul_n_align, matmul_k_align,
                                     matmul_lhs_k_minor, matmul_rhs_k_minor,
-                                    relayout_bytes
+                                    relayout_bytes, output_minor_dim
       config_feat  float32 (24)     tile config: kernel_bounds, output_bounds,
                                     input_bounds, each 6 entries + sum +
                                     product (zeros without a "config" field)
@@ -106,7 +106,10 @@ def cli(inputs, output, skip_bad, quiet):
     relayout_bytes: the bytes that elementwise ops and copies (in the kernel
     or a fusion it runs) read in another physical layout than they write,
     an operand of the same dims whose minor_to_major differs from the
-    result's: a transposition in memory.
+    result's: a transposition in memory. output_minor_dim: the size of
+    the result's minor-most physical dimension (of its largest array, for
+    a tuple; 0 for a scalar): XLA:CPU's elementwise loops run several times
+    slower an element when it is 9 to 33.
     Kernel features are only appended: a model reads the first ones, as
     many as it was trained with.
 

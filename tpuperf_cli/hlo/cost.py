@@ -338,6 +338,21 @@ def relayout_bytes(module: Module, comp) -> int:
     return total
 
 
+def output_minor_dim(shape) -> int:
+    """Size of the minor-most physical dim of a kernel's result (of its
+    largest array, for a tuple); 0 for a scalar or a token. XLA:CPU runs
+    elementwise loops whose minor dim is 9 to 33 about 5x slower an element
+    than those whose minor dim is over 33, at any total size."""
+    if shape.tuple_shapes:
+        arrays = [s for s in shape.tuple_shapes if s.is_array]
+        if not arrays:
+            return 0
+        shape = max(arrays, key=lambda s: s.byte_size())
+    if not shape.is_array or not shape.dims:
+        return 0
+    return int(shape.dims[shape.layout[0]])
+
+
 # the alignment features stop at 128 (2^7), a TPU's lane width
 MAX_ALIGN_LOG2 = 7
 
@@ -573,7 +588,8 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     Returns {KERNEL_FEATURES: "flops", "transcendentals", "bytes_read",
     "bytes_written", "output_bytes", "matmul_batch", "matmul_m", "matmul_n",
     "matmul_k", "matmul_m_align", "matmul_n_align", "matmul_k_align",
-    "matmul_lhs_k_minor", "matmul_rhs_k_minor", "relayout_bytes"} (ints,
+    "matmul_lhs_k_minor", "matmul_rhs_k_minor", "relayout_bytes",
+    "output_minor_dim"} (ints,
     floats for the halves of triangular-solve and cholesky). flops and
     transcendentals are summed over every instruction of the ENTRY
     computation (parameters cost nothing), as XLA's
@@ -582,7 +598,7 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     in the ENTRY computation or a fusion's (zeros without one), and
     matmul_*_align the alignment() of its m, n and k, and
     matmul_*_k_minor its matmul_layout; relayout_bytes as relayout_bytes()
-    counts them.
+    counts them; output_minor_dim that of the ENTRY root's result.
     Raises CostError for a module it cannot cost.
     """
     an = _Analysis(module)
@@ -607,7 +623,8 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     aligned = [alignment(x) for x in matmul[1:4]]
     relayout = relayout_bytes(module, comp)
     return dict(zip(KERNEL_FEATURES, (flops, trans, read, written, root.shape.byte_size(),
-                                      *matmul[:4], *aligned, *matmul[4:], relayout)))
+                                      *matmul[:4], *aligned, *matmul[4:], relayout,
+                                      output_minor_dim(root.shape))))
 
 
 def computation_cost(module: Module, name: str) -> tuple[int | float, int | float]:
