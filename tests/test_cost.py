@@ -241,7 +241,7 @@ def test_kernel_feature_names():
                                "output_bytes", "matmul_batch", "matmul_m", "matmul_n",
                                "matmul_k", "matmul_m_align", "matmul_n_align",
                                "matmul_k_align", "matmul_lhs_k_minor", "matmul_rhs_k_minor",
-                               "relayout_bytes", "output_minor_dim")
+                               "relayout_bytes", "output_minor_dim", "output_minor_align")
 
 
 def matmul(c):
@@ -405,12 +405,14 @@ ENTRY e {
 
 def test_output_minor_dim_follows_the_physical_layout():
     def add(shape):
-        return cost(f"""HloModule a
+        c = cost(f"""HloModule a
 ENTRY e {{
   x = {shape} parameter(0)
   ROOT a = {shape} add(x, x)
 }}
-""")["output_minor_dim"]
+""")
+        assert c["output_minor_align"] == alignment(c["output_minor_dim"])
+        return c["output_minor_dim"]
     # the slow adds of the corpus (minor dim 32) and the fast ones (40)
     assert add("f32[16,8,8,32]{3,2,1,0}") == 32
     assert add("f32[16,8,8,40]") == 40                 # XLA's default layout
@@ -424,4 +426,5 @@ ENTRY e {
   ROOT t = (f32[4,1024]{0,1}, f32[7]{0}) tuple(x, y)
 }
 """)
-    assert tup["output_minor_dim"] == 4
+    assert tup["output_minor_dim"] == 4 and tup["output_minor_align"] == 2
+    assert add("f32[8,512,48]") == 48 and alignment(48) == 4

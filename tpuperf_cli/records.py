@@ -118,14 +118,16 @@ NODE_FEATURES = 140
 # layout than they write (a transposition in memory: 7x to 18x slower per
 # byte in the corpus's generated adds, copies and selects). output_minor_dim:
 # the size of the result's minor-most physical dim (node features hold dims
-# and layout apart, and the net has not learnt to pick one by the other):
-# XLA:CPU's unfused f32 elementwise ops run at 0.7 ns an element with a
-# minor dim of 9 to 33, 0.15 with one over 33
+# and layout apart, and the net has not learnt to pick one by the other),
+# and output_minor_align the alignment of that size, as matmul_*_align:
+# XLA:CPU's unfused f32 elementwise ops run at about 0.9 ns an element with
+# a minor dim of 9 to 34, 0.06 to 0.11 with 8 or a multiple of 8 from 40,
+# and 0.2 to 0.3 with the other sizes
 KERNEL_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "output_bytes",
                    "matmul_batch", "matmul_m", "matmul_n", "matmul_k",
                    "matmul_m_align", "matmul_n_align", "matmul_k_align",
                    "matmul_lhs_k_minor", "matmul_rhs_k_minor", "relayout_bytes",
-                   "output_minor_dim")
+                   "output_minor_dim", "output_minor_align")
 # what featurize wrote before the matmul_* features (2026-11-25)
 BASE_KERNEL_FEATURES = 5
 # The three bound lists of a tile configuration, in the order TpuGraphs lays

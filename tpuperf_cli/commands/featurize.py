@@ -45,13 +45,14 @@ def cli(inputs, output, skip_bad, quiet):
                                     point from user to operand); one row per
                                     distinct operand, and one from a caller
                                     to each called computation's root
-      kernel_feat  float32 (16)     flops, transcendentals, bytes_read,
+      kernel_feat  float32 (17)     flops, transcendentals, bytes_read,
                                     bytes_written, output_bytes,
                                     matmul_batch, matmul_m, matmul_n,
                                     matmul_k, matmul_m_align,
                                     matmul_n_align, matmul_k_align,
                                     matmul_lhs_k_minor, matmul_rhs_k_minor,
-                                    relayout_bytes, output_minor_dim
+                                    relayout_bytes, output_minor_dim,
+                                    output_minor_align
       config_feat  float32 (24)     tile config: kernel_bounds, output_bounds,
                                     input_bounds, each 6 entries + sum +
                                     product (zeros without a "config" field)
@@ -109,7 +110,9 @@ def cli(inputs, output, skip_bad, quiet):
     result's: a transposition in memory. output_minor_dim: the size of
     the result's minor-most physical dimension (of its largest array, for
     a tuple; 0 for a scalar): XLA:CPU's elementwise loops run several times
-    slower an element when it is 9 to 33.
+    slower an element when it is 9 to 34; output_minor_align: log2 of the
+    largest power of two dividing it, at most 7 (those loops run fastest
+    when it is 8 or a multiple of 8).
     Kernel features are only appended: a model reads the first ones, as
     many as it was trained with.
 

@@ -64,8 +64,8 @@ from tpuperf_cli.errors import TpuperfError
 @click.option("--kernel-features", type=click.IntRange(0), default=0, metavar="N",
               help="Read only the first N kernel features of the records (featurize's "
                    "kernel_feat order; 5: without the matmul ones, 9: without their "
-                   "alignment and layout, 14: without relayout_bytes and output_minor_dim, 15: without "
-                   "output_minor_dim), to compare with a "
+                   "alignment and layout, 14: without relayout_bytes and the two output_minor ones, 15: "
+                   "without those two), to compare with a "
                    "model trained on records of fewer. "
                    "[default: 0, all of them]")
 @click.option("--configs", type=click.IntRange(2), default=16, show_default=True,

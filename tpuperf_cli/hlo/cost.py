@@ -341,8 +341,9 @@ def relayout_bytes(module: Module, comp) -> int:
 def output_minor_dim(shape) -> int:
     """Size of the minor-most physical dim of a kernel's result (of its
     largest array, for a tuple); 0 for a scalar or a token. XLA:CPU runs
-    elementwise loops whose minor dim is 9 to 33 about 5x slower an element
-    than those whose minor dim is over 33, at any total size."""
+    elementwise loops whose minor dim is 9 to 34 about 5x slower an element
+    than those whose minor dim is a multiple of 8 over 34, at any total
+    size (other sizes over 34 fall between)."""
     if shape.tuple_shapes:
         arrays = [s for s in shape.tuple_shapes if s.is_array]
         if not arrays:
@@ -589,7 +590,7 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     "bytes_written", "output_bytes", "matmul_batch", "matmul_m", "matmul_n",
     "matmul_k", "matmul_m_align", "matmul_n_align", "matmul_k_align",
     "matmul_lhs_k_minor", "matmul_rhs_k_minor", "relayout_bytes",
-    "output_minor_dim"} (ints,
+    "output_minor_dim", "output_minor_align"} (ints,
     floats for the halves of triangular-solve and cholesky). flops and
     transcendentals are summed over every instruction of the ENTRY
     computation (parameters cost nothing), as XLA's
@@ -598,7 +599,8 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     in the ENTRY computation or a fusion's (zeros without one), and
     matmul_*_align the alignment() of its m, n and k, and
     matmul_*_k_minor its matmul_layout; relayout_bytes as relayout_bytes()
-    counts them; output_minor_dim that of the ENTRY root's result.
+    counts them; output_minor_dim that of the ENTRY root's result, and
+    output_minor_align its alignment().
     Raises CostError for a module it cannot cost.
     """
     an = _Analysis(module)
@@ -622,9 +624,10 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
                         f"{e}") from None
     aligned = [alignment(x) for x in matmul[1:4]]
     relayout = relayout_bytes(module, comp)
+    minor = output_minor_dim(root.shape)
     return dict(zip(KERNEL_FEATURES, (flops, trans, read, written, root.shape.byte_size(),
                                       *matmul[:4], *aligned, *matmul[4:], relayout,
-                                      output_minor_dim(root.shape))))
+                                      minor, alignment(minor))))
 
 
 def computation_cost(module: Module, name: str) -> tuple[int | float, int | float]:
