@@ -121,8 +121,8 @@ NODE_FEATURES = 140
 # and layout apart, and the net has not learnt to pick one by the other),
 # and output_minor_align the alignment of that size, as matmul_*_align:
 # XLA:CPU's unfused f32 elementwise ops run at about 0.9 ns an element with
-# a minor dim of 9 to 34, 0.06 to 0.11 with 8 or a multiple of 8 from 40,
-# and 0.2 to 0.3 with the other sizes
+# a minor dim of 9 to 34, 0.06 to 0.11 with 8, 40, 48, 56, 64 or 128, and
+# 0.2 to 0.3 with most other sizes (96, 160 and 192 among them)
 KERNEL_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "output_bytes",
                    "matmul_batch", "matmul_m", "matmul_n", "matmul_k",
                    "matmul_m_align", "matmul_n_align", "matmul_k_align",

@@ -111,8 +111,8 @@ def cli(inputs, output, skip_bad, quiet):
     the result's minor-most physical dimension (of its largest array, for
     a tuple; 0 for a scalar): XLA:CPU's elementwise loops run several times
     slower an element when it is 9 to 34; output_minor_align: log2 of the
-    largest power of two dividing it, at most 7 (those loops run fastest
-    when it is 8 or a multiple of 8).
+    largest power of two dividing it, at most 7 (those loops ran fastest
+    with 8, 40, 48, 56, 64 or 128, though not with every multiple of 8).
     Kernel features are only appended: a model reads the first ones, as
     many as it was trained with.
 

@@ -341,9 +341,9 @@ def relayout_bytes(module: Module, comp) -> int:
 def output_minor_dim(shape) -> int:
     """Size of the minor-most physical dim of a kernel's result (of its
     largest array, for a tuple); 0 for a scalar or a token. XLA:CPU runs
-    elementwise loops whose minor dim is 9 to 34 about 5x slower an element
-    than those whose minor dim is a multiple of 8 over 34, at any total
-    size (other sizes over 34 fall between)."""
+    elementwise loops whose minor dim is 9 to 34 several times slower an
+    element than those whose minor dim is 8, 40, 48, 56, 64 or 128, at any
+    total size (most other sizes over 34 fall between)."""
     if shape.tuple_shapes:
         arrays = [s for s in shape.tuple_shapes if s.is_array]
         if not arrays:
