@@ -85,6 +85,7 @@ def main():
     from tpuperf_cli import calibrate as cal
     from tpuperf_cli.measure import MeasureSession
     from tpuperf_cli.measure.cache import Cache
+    from tpuperf_cli.measure.parallel import compile_cpu_ids
     from tpuperf_cli.measure.target import same_machine
     from tpuperf_cli.measure.worker import IsolatedMeasurer
     from tpuperf_cli.model import default_model_path
@@ -125,7 +126,8 @@ def main():
     tests = cal.load_candidates(test_shards)
     cal.hold_out(tests, 0.0, 0)
     ordered = cal.order(tests, seed=1)
-    measurer = IsolatedMeasurer("cpu", samples=args.samples, min_time=0.0005, cpus=1)
+    measurer = IsolatedMeasurer("cpu", samples=args.samples, min_time=0.0005, cpus=1,
+                                compile_cpus=compile_cpu_ids(1, 1, None))
     cache = Cache(args.cache_dir)
     session = MeasureSession(measurer, cache)
     budget = cal.Budget(args.test_seconds)
@@ -158,7 +160,8 @@ def main():
     # 3. the test kernels timed again, afresh: the labels' noise floor, and
     #    labels that average out how this machine drifted across the run
     t0 = time.monotonic()
-    measurer = IsolatedMeasurer("cpu", samples=args.samples, min_time=0.0005, cpus=1)
+    measurer = IsolatedMeasurer("cpu", samples=args.samples, min_time=0.0005, cpus=1,
+                                compile_cpus=compile_cpu_ids(1, 1, None))
     try:
         again = cal.measure_in_order([c for c, _ in pairs], MeasureSession(measurer, None),
                                      args.test_seconds, cal.Budget(args.test_seconds), set(), log)

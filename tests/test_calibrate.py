@@ -194,6 +194,23 @@ def test_ctrl_c_keeps_the_kernels_timed_and_the_next_run_adapts_with_them(tmp_pa
     assert b"adapting at once" in again.stderr, again.stderr.decode()
 
 
+def test_compile_jobs_reach_measure_and_a_bad_count_is_one_line(tmp_path):
+    """calibrate compiles on measure's pool: --compile-jobs goes to the same
+    check as measure's, which names the option and the CPUs there are."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    shutil.copy(GRAPHS / f"{SMALL[0]}.zst", corpus)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_DATA_HOME=str(tmp_path / "data"))
+    cpus = len(os.sched_getaffinity(0))
+    got = run(["calibrate", "--budget", "20s", "--max-kernels", "4", "--samples", "1",
+               "--compile-jobs", str(cpus + 1), "--corpus", str(corpus),
+               "--cache-dir", str(tmp_path / "cache")], env)
+    err = got.stderr.decode()
+    assert got.returncode == 1, err
+    assert f"--compile-jobs {cpus + 1}: this process may use {cpus} CPU(s)" in err
+    assert "Traceback" not in err
+
+
 def test_predict_bad_input_is_one_line_before_any_model_note(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_DATA_HOME=str(tmp_path))
     got = run(["predict", str(tmp_path / "missing.zst"), "-o", str(tmp_path / "p.msgpack")], env)

@@ -88,6 +88,8 @@ class Options:
     min_time: float = 0.0005
     cpus: int | None = 1
     clock: str = "auto"
+    compile_jobs: int | None = None   # as measure --compile-jobs; None: its default (a pool of
+                                      # every CPU when timing on one pinned CPU)
     holdout: float = 0.2
     measure_share: float = 0.6
     more: bool = False                # time more kernels even when the cache holds enough
@@ -627,6 +629,7 @@ def calibrate(opts: Options, log) -> dict:
     from tpuperf_cli.measure import MeasureSession
     from tpuperf_cli.measure.cache import Cache
     from tpuperf_cli.measure.device import MeasureError
+    from tpuperf_cli.measure.parallel import compile_cpu_ids
     from tpuperf_cli.measure.worker import IsolatedMeasurer
     from tpuperf_cli.model.calibrated import model_path_for, models_dir, write_sidecar
     from tpuperf_cli.model.examples import example
@@ -663,9 +666,14 @@ def calibrate(opts: Options, log) -> dict:
         f"{len(held_programs)} program(s) held out; {clock_text(budget.left())} left")
 
     try:
+        # compile each batch on a pool, as measure does by default, while
+        # the timing process waits: compiling is most of a kernel's cost
+        compile_cpus = compile_cpu_ids(1, opts.cpus, opts.compile_jobs) \
+            if opts.backend in (None, "cpu") else None
         measurer = IsolatedMeasurer(opts.backend, samples=opts.samples, min_time=opts.min_time,
                                     cpus=opts.cpus, clock=opts.clock,
-                                    timeout=max(10.0, min(300.0, budget.left())))
+                                    timeout=max(10.0, min(300.0, budget.left())),
+                                    compile_cpus=compile_cpus)
     except MeasureError as e:
         raise TpuperfError(e.message) from None
     cache = Cache(opts.cache_dir)

@@ -50,6 +50,11 @@ def parse_budget(ctx, param, text):
                    "never used to choose the method.")
 @click.option("--samples", type=click.IntRange(1), default=15, show_default=True,
               help="Timed samples per kernel (as measure --samples).")
+@click.option("--compile-jobs", type=click.IntRange(0), default=None, metavar="N",
+              help="Compile each batch of kernels on N processes, each pinned to its own CPU, "
+                   "while the timing process waits; 0 compiles where the kernels are timed "
+                   "(as measure --compile-jobs). CPU only. [default: one per CPU this "
+                   "process may use]")
 @click.option("--measure-share", type=click.FloatRange(0.05, 0.95), default=0.6,
               show_default=True, help="Share of the budget for timing kernels.")
 @click.option("--holdout", type=click.FloatRange(0.0, 0.5), default=0.2, show_default=True,
@@ -65,8 +70,8 @@ def parse_budget(ctx, param, text):
 @click.option("--threads", type=click.IntRange(0), default=0,
               help="Threads for training (default: min(2, cores) or $TPUPERF_THREADS).")
 @quiet_option(help="No progress on stderr (the held-out figures are still printed).")
-def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, measure_share, holdout,
-        more, max_kernels, methods, threads, quiet):
+def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compile_jobs,
+        measure_share, holdout, more, max_kernels, methods, threads, quiet):
     """Adapt a model to this machine within a time budget.
 
     Chooses kernels of the corpus (the checkout's examples/corpus/graphs,
@@ -74,7 +79,8 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, measu
     `tpuperf generate` piped through featurize; --generate N makes N
     kernels of `tpuperf generate --source ops` itself), times them here
     with measure's steady settings (one pinned CPU, the process clock on
-    CPU, --samples samples, every result in measure's cache at once), adapts the base model to them and writes a
+    CPU, --samples samples, each batch compiled on a pool of the other
+    CPUs meanwhile, every result in measure's cache at once), adapts the base model to them and writes a
     model whose target is this machine. Everything, loading included, fits
     in --budget of wall clock; progress and the time left go to stderr.
 
@@ -131,7 +137,7 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, measu
             print(msg, file=sys.stderr, flush=True)
 
     opts = Options(backend=backend, budget_s=budget, model=model, out=out, cache_dir=cache_dir,
-                   corpus=corpus, generate=generate, samples=samples,
+                   corpus=corpus, generate=generate, samples=samples, compile_jobs=compile_jobs,
                    measure_share=measure_share, holdout=holdout,
                    more=more, max_kernels=max_kernels, methods=chosen, threads=threads or None)
     result = calibrate(opts, log)
