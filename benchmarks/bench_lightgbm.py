@@ -100,10 +100,25 @@ def one_split(split_path, model, args):
     med_l, _ = metrics.summarize(per_program(test, pred_l, min_ns), fields)
     med_g, _ = metrics.summarize(per_program(test, pred_g, min_ns), fields)
     seen = set(model.meta.get("trained", {}).get("programs", [])) & set(split["test"])
-    return {"split": os.path.basename(split_path), "programs": len(split["test"]), "kernels": len(test),
-            "train_kernels": len(train), "trees": int(gbm.best_iteration or gbm.num_trees()),
-            "fit_seconds": round(t_fit, 1), "lightgbm": med_l, "gnn": med_g,
-            "gnn_trained_on_test": len(seen)}
+    out = {"split": os.path.basename(split_path), "programs": len(split["test"]), "kernels": len(test),
+           "train_kernels": len(train), "trees": int(gbm.best_iteration or gbm.num_trees()),
+           "fit_seconds": round(t_fit, 1), "lightgbm": med_l, "gnn": med_g,
+           "gnn_trained_on_test": len(seen)}
+    if args.blend:
+        # the geometric mean of the two predictions, on the valid programs
+        # too (the figures a choice of it would rest on)
+        out["blend"] = metrics.summarize(per_program(test, np.sqrt(pred_l * pred_g), min_ns),
+                                         fields)[0]
+        valid_real = [r for r in valid if ":" not in r.get("program", "")]
+        if valid_real:
+            valid_ex = [example(r, i) for i, r in enumerate(valid_real, 1)]
+            vl = np.exp(gbm.predict(features(valid_ex, args.kernel_features),
+                                    num_iteration=gbm.best_iteration or None))
+            vg = model.predict_examples(valid_ex)
+            out["valid"] = {name: metrics.summarize(per_program(valid_real, p, min_ns), fields)[0]
+                            for name, p in (("gnn", vg), ("lightgbm", vl),
+                                            ("blend", np.sqrt(vl * vg)))}
+    return out
 
 
 def main():
@@ -131,6 +146,9 @@ def main():
     ap.add_argument("--kernel-features", type=int, metavar="N",
                     help="use the first N kernel features of the records (default: as many as "
                          "the GNN reads, the same features)")
+    ap.add_argument("--blend", action="store_true",
+                    help="also score the geometric mean of the GNN's and LightGBM's predictions, "
+                         "on the test and the valid programs")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
     try:
@@ -161,6 +179,15 @@ def main():
         print(f"{r['split']:12s} {r['programs']:5d} {r['kernels']:7d} | {g['mape']:7.1f}%{mark} {g['tau']:6.3f} "
               f"{g['total_ape']:7.1f}% | {lg['mape']:8.1f}% {lg['tau']:6.3f} {lg['total_ape']:7.1f}% "
               f"{r['trees']:5d} | {lg['mape'] / g['mape']:7.2f}x")
+    for r in results:
+        if "blend" in r:
+            b = r["blend"]
+            print(f"{r['split']:12s} blend (geometric mean of the two): MAPE {b['mape']:.1f}%, tau "
+                  f"{b['tau']:.3f}, program error {b['total_ape']:.1f}% ({b['mape'] / r['gnn']['mape']:.2f}x "
+                  f"the GNN's MAPE)")
+        if "valid" in r:
+            print(f"{r['split']:12s} valid programs, MAPE: " + ", ".join(
+                f"{k} {v['mape']:.1f}% (tau {v['tau']:.3f})" for k, v in r["valid"].items()))
     for r in results:
         if r["gnn_trained_on_test"]:
             print(f"* {r['split']}: the GNN was trained on {r['gnn_trained_on_test']} of its "

@@ -94,6 +94,10 @@ GENERATED=${GENERATED:-'examples/corpus/graphs/generated/*.zst'}
 # --loss ape (3 seeds) did worse too: median MAPE 33.9% against 32.5%, tau
 # 0.818 against 0.853, program error 15.9% against 8.5% (it learns to
 # under-estimate, which MAPE punishes less).
+# --weight-decay 0.01 (AdamW) did worse too: manual split, seed 0, on an
+# AMD EPYC family 25 model 1 (2026-11-25), validation loss 0.0405 (MAPE
+# 26.4%) at epoch 118, still falling slowly when stopped, against 0.0308
+# (19.3%) at the best epoch, 82, without it.
 #
 # One seed: on the random split's validation programs, seed 0 with the
 # 300-epoch schedule (best epoch 177 of 202) matched the ensemble of three
