@@ -100,3 +100,40 @@ def test_committed_corpus_reference_kernels_resolve():
     manifest, refs = load_references(corpus)
     assert len(refs) == len(manifest["reference_kernels"]) >= 8
     assert all(text.startswith("HloModule") for _, text in refs)
+
+
+def test_references_of_generated_kernels_are_found_in_generated_chunks(tmp_path):
+    """Manifests before 2026-11-24 could pick a generated kernel ("ops:dot")
+    as a reference: its text is read from the chunks of generated/, and a
+    pseudo-program found nowhere is still a clear error."""
+    import pytest
+
+    from tpuperf_cli.errors import TpuperfError
+    from tpuperf_cli.hlo.split import module_fingerprint
+    from tpuperf_cli.measure.check import load_references
+
+    corpus = tmp_path / "c" / "corpus"
+    (corpus / "kernels").mkdir(parents=True)
+    (corpus / "generated").mkdir()
+    refs = []
+    for where, program, n in (("kernels/p.zst", "p", 96), ("generated/ops-000.zst", "ops:dot", 128)):
+        fp = module_fingerprint(matmul(n))
+        with open(corpus / where, "wb") as f:
+            w = RecordWriter(f)
+            w.write(new_record("kernel", program=program, kernel=f"dot.{n}", index=1, count=1,
+                               count_known=True, hlo=matmul(n), opcode="dot", fusion_kind=None,
+                               fingerprint=fp, runtime_ns=1e5))
+            w.flush()
+        refs.append({"program": program, "kernel": f"dot.{n}", "fingerprint": fp, "kind": "dot",
+                     "runtime_ns": 1e5})
+    manifest = {"target": {}, "per_program": [{"name": "p", "kernel_shard": "corpus/kernels/p.zst"}],
+                "reference_kernels": refs}
+    (corpus / "manifest.json").write_text(json.dumps(manifest))
+    _, found = load_references(corpus)
+    assert [ref["program"] for ref, _ in found] == ["p", "ops:dot"]
+    assert "f32[128,128]" in found[1][1]
+
+    manifest["reference_kernels"].append({**refs[1], "program": "ops:add"})
+    (corpus / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(TpuperfError, match="reference kernel dot.128 is not in the shard of ops:add"):
+        load_references(corpus)
