@@ -37,6 +37,9 @@ calibrated <= 0.5x bundled and <= 20%, and within 1.25x of scratch.
     .venv/bin/python benchmarks/bench_calibrate.py                  # 10 minutes
     .venv/bin/python benchmarks/bench_calibrate.py --budget 3m --test-kernels 80
     .venv/bin/python benchmarks/bench_calibrate.py --scratch-model here.pt
+    # families the base never saw: a base trained on manual's training programs
+    SPLIT=examples/splits/manual.json OUT=base.pt sh examples/train_default_model.sh
+    .venv/bin/python benchmarks/bench_calibrate.py --model base.pt
     # an older corpus and the model trained on it (another machine's)
     .venv/bin/python benchmarks/bench_calibrate.py --corpus old/graphs --model old.pt
 
