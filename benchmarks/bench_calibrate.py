@@ -65,13 +65,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def trained_programs(path):
-    """The programs a model file says it was trained on."""
-    from tpuperf_cli.model.predict import load_model
-
-    return load_model(path).meta.get("trained", {}).get("programs", [])
-
-
 def main():
     from tpuperf_cli.commands.calibrate import parse_budget
 
@@ -140,8 +133,14 @@ def main():
     tests = cal.load_candidates(test_shards)
     cal.hold_out(tests, 0.0, 0)
     ordered = cal.order(tests, seed=1)
-    measurer = IsolatedMeasurer("cpu", samples=args.samples, min_time=0.0005, cpus=1,
+
+    def steady_measurer():
+        """measure's steady settings, as calibrate times: one pinned CPU,
+        each batch compiled on the pool."""
+        return IsolatedMeasurer("cpu", samples=args.samples, min_time=0.0005, cpus=1,
                                 compile_cpus=compile_cpu_ids(1, 1, None))
+
+    measurer = steady_measurer()
     cache = Cache(args.cache_dir)
     session = MeasureSession(measurer, cache)
     budget = cal.Budget(args.test_seconds)
@@ -174,8 +173,7 @@ def main():
     # 3. the test kernels timed again, afresh: the labels' noise floor, and
     #    labels that average out how this machine drifted across the run
     t0 = time.monotonic()
-    measurer = IsolatedMeasurer("cpu", samples=args.samples, min_time=0.0005, cpus=1,
-                                compile_cpus=compile_cpu_ids(1, 1, None))
+    measurer = steady_measurer()
     try:
         again = cal.measure_in_order([c for c, _ in pairs], MeasureSession(measurer, None),
                                      args.test_seconds, cal.Budget(args.test_seconds), set(), log)
@@ -185,6 +183,7 @@ def main():
     pairs = [(c, r) for c, r in pairs if c.record["fingerprint"] in again]
     first = np.array([r["runtime_ns"] for _, r in pairs], np.float64)
     second = np.array([again[c.record["fingerprint"]] for c, _ in pairs], np.float64)
+    truth = np.sqrt(first * second)
 
     def test_examples():
         """The test set afresh: a model trims the kernel features of the
@@ -193,11 +192,10 @@ def main():
         for i, (c, r) in enumerate(pairs, 1):
             ex = example(r, i, "test")
             ex.program = c.group
-            ex.runtime = float(np.sqrt(first[i - 1] * second[i - 1]))
+            ex.runtime = float(truth[i - 1])
             out.append(ex)
         return out
 
-    truth = [e.runtime for e in test_examples()]
     groups = [c.group for c, _ in pairs]
     floor = cal.figures(second, first, groups)
     print(f"test set timed again after calibrate: {len(pairs)} kernel(s) in "
@@ -215,9 +213,10 @@ def main():
         if method != "base":
             rows[f"  {method} (fitted on calibrate's fitting programs)"] = cal.figures(
                 cal.Fitter.predict(model, test_examples()), truth, groups)
-    if args.scratch_model:
+    scratch = load_model(args.scratch_model) if args.scratch_model else None
+    if scratch:
         rows["scratch (--scratch-model)"] = cal.figures(
-            load_model(args.scratch_model).predict_examples(test_examples()), truth, groups)
+            scratch.predict_examples(test_examples()), truth, groups)
     os.unlink(out)
 
     print(f"calibrate: budget {budget_s:.0f}s, spent {result['seconds']:.0f}s; "
@@ -234,9 +233,9 @@ def main():
     # machine's labels, has seen their kernels: the figures are not of
     # families it never saw (the bundled model's random split trains on 8
     # of manual's 10 test programs)
-    for name, path in (("base", args.model or default_model_path()),
-                       ("scratch", args.scratch_model)):
-        seen = sorted(set(trained_programs(path)) & test_programs) if path else []
+    for name, m in (("base", bundled), ("scratch", scratch)):
+        trained = m.meta.get("trained", {}).get("programs", []) if m else []
+        seen = sorted(set(trained) & test_programs)
         if seen:
             print(f"* the {name} model was trained on {len(seen)} of the {len(test_programs)} "
                   f"test programs ({', '.join(seen)}): not a held-out figure; give a model "

@@ -74,19 +74,20 @@ def load_references(manifest_path: str | Path) -> tuple[dict, list[tuple[dict, s
                            f"examples/build_corpus.py manifest)")
     shards = {p["name"]: p["kernel_shard"] for p in manifest.get("per_program", [])}
     texts = {}
+    # manifests before 2026-11-24 could pick generated kernels ("ops:copy"),
+    # whose records are in the chunks of generated/
+    chunks = sorted(path.parent.glob("generated/*.zst"))
     generated = set()
     for program in {r["program"] for r in refs}:
         if program not in shards:
-            # manifests before 2026-11-24 could pick generated kernels
-            # ("ops:copy"), whose records are in the chunks of generated/
-            if ":" in program and list(path.parent.glob("generated/*.zst")):
+            if ":" in program and chunks:
                 generated.add(program)
                 continue
             raise TpuperfError(f"{path}: reference program {program!r} is not in per_program")
         shard = path.parent.parent / shards[program]
         for r in read_records(str(shard)):
             texts[(program, r["fingerprint"])] = r["hlo"]
-    for shard in sorted(path.parent.glob("generated/*.zst")) if generated else []:
+    for shard in chunks if generated else []:
         for r in read_records(str(shard)):
             if r.get("program") in generated:
                 texts[(r["program"], r["fingerprint"])] = r["hlo"]
