@@ -316,6 +316,7 @@ def measure_generated(source, limit, args):
     from tpuperf_cli.stream import RecordWriter
 
     GENERATED.mkdir(parents=True, exist_ok=True)
+    WORK.mkdir(parents=True, exist_ok=True)     # a fresh checkout has none: chunks from generated/
     records = unmeasured_kernels(source)[:limit]
     spent = 0.0
     for k in range(0, len(records), CHUNK):

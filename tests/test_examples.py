@@ -2,6 +2,8 @@
 
 import json
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -178,7 +180,7 @@ def test_a_checkout_without_generates_output_measures_the_committed_chunks_again
     measurements taken off."""
     import importlib.util
 
-    from tpuperf_cli.stream import RecordWriter
+    from tpuperf_cli.stream import RecordWriter, read_records
 
     spec = importlib.util.spec_from_file_location("build_corpus", EX / "build_corpus.py")
     bc = importlib.util.module_from_spec(spec)
@@ -195,6 +197,26 @@ def test_a_checkout_without_generates_output_measures_the_committed_chunks_again
     assert [r["fingerprint"] for r in got] == ["f00", "f01", "f02", "f10", "f11", "f12"]
     assert all(set(r) == {"fingerprint", "hlo"} for r in got)
     assert bc.unmeasured_kernels("ops") == []
+
+    # and measures them: .work/ (where each chunk's input goes) is made
+    # first (it once failed with FileNotFoundError here); a stand-in for
+    # measure labels each record, so only the script's own steps run
+    labeler = ("import sys, msgpack, zstandard\n"
+               "raw = zstandard.ZstdDecompressor().stream_reader(open(sys.argv[-1], 'rb')).read()\n"
+               "for r in msgpack.Unpacker(__import__('io').BytesIO(raw), raw=False):\n"
+               "    r['runtime_ns'] = 7.0; r['runs'] = [7.2, 6.9]\n"
+               "    sys.stdout.buffer.write(msgpack.packb(r))\n")
+    monkeypatch.setattr(bc, "measure_command", lambda args: [sys.executable, "-c", labeler])
+    monkeypatch.setattr(bc, "CHUNK", 4)
+    args = types.SimpleNamespace(force=True)
+    assert not (tmp_path / ".work").exists()
+    bc.measure_generated("heavy", 6, args)
+    chunks = sorted((tmp_path / "generated").glob("heavy-*.zst"))
+    assert [c.name for c in chunks] == ["heavy-000.zst", "heavy-001.zst"]
+    got = [r for c in chunks for r in read_records(str(c))]
+    assert [r["fingerprint"] for r in got] == ["f00", "f01", "f02", "f10", "f11", "f12"]
+    assert all(r["runtime_ns"] == 7.0 and r["runs"] == [7, 7] for r in got)
+    assert list((tmp_path / ".work").iterdir()) == []     # the chunk inputs are removed
 
 
 def test_ablation_trains_variants_side_by_side_and_reports_them(tmp_path):
