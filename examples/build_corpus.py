@@ -104,11 +104,16 @@ CHUNK = 4000
 # hundred kernels a second); fusions and sweeps compile every candidate
 # with XLA first (about 20 a second each). heavy's large convolutions and
 # dots take longest to measure per kernel
-PLAN = {"ops": 72000, "fusions": 12000, "sweeps": 12000, "heavy": 12000}
+# variants (fusions with their arithmetic changed, clamps added) is not in
+# the committed corpus yet: `--plan variants=N` adds it (measured on the
+# corpus's machine only)
+PLAN = {"ops": 72000, "fusions": 12000, "sweeps": 12000, "heavy": 12000, "variants": 0}
 SOURCES = tuple(PLAN)
+# sources that draw from the programs of every split's train list
+DRAWING = ("fusions", "variants", "sweeps")
 # generated kernels are measured nearest-to-the-programs first, so that a
 # build cut short holds the most useful ones
-MEASURE_ORDER = ("fusions", "sweeps", "heavy", "ops")
+MEASURE_ORDER = ("fusions", "variants", "sweeps", "heavy", "ops")
 
 
 def tool(name):
@@ -254,7 +259,7 @@ def generate_command(source, limit, args):
     it in SOURCES (fusions, sweeps and heavy run side by side after ops)."""
     cmd = tool("generate") + ["--source", source, "--seed", str(args.seed), "--limit", str(limit),
                               "-q", "-o", str(WORK / f"{source}.tmp.zst")]
-    if source in ("fusions", "sweeps"):
+    if source in DRAWING:
         cmd += [str(HERE / "hlo" / f"{p}.hlo") for p in draw_from()]
     shards = sorted((CORPUS / "kernels").glob("*.zst"))
     if source != "ops":
@@ -266,14 +271,14 @@ def generate_command(source, limit, args):
 
 def generate_all(plan, args):
     """.work/SOURCE.zst (unmeasured kernel records) for each planned source
-    not generated yet: ops first, then fusions, sweeps and heavy in
-    parallel (each compiles with XLA)."""
+    not generated yet: ops first, then fusions, variants, sweeps and heavy
+    in parallel (each compiles with XLA)."""
     WORK.mkdir(parents=True, exist_ok=True)
     # a source whose chunks hold fewer kernels than planned is generated
     # again, whole: the same seed gives the kernels it has first (ops), and
     # measure's cache times none of them twice
     todo = [s for s in SOURCES if plan.get(s, 0) > 0 and _planned_kernels(s) < plan[s]]
-    for wave in (["ops"], ["fusions", "sweeps", "heavy"]):
+    for wave in (["ops"], ["fusions", "variants", "sweeps", "heavy"]):
         running = {}
         for source in wave:
             if source in todo:

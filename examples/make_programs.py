@@ -1249,7 +1249,7 @@ def setup_jax():
 MANUAL_TEST_FAMILIES = ("gpt", "gru", "wavenet", "sepconv")
 MANUAL_VALID_FAMILIES = ("autoenc", "moe", "gnn")
 SPLIT_SEED = 0
-GENERATED_PROGRAMS = ("fusions:*", "heavy:*", "ops:*", "sweeps:*")
+GENERATED_PROGRAMS = ("fusions:*", "heavy:*", "ops:*", "sweeps:*", "variants:*")
 
 
 def make_splits(programs):
@@ -1269,7 +1269,7 @@ def make_splits(programs):
                 "valid" if p["family"] in MANUAL_VALID_FAMILIES else "train")
         man[part].append(p["name"])
     # the pseudo-programs of generated kernels (tpuperf generate: records
-    # named "ops:OPCODE", "fusions:ORIGIN", "sweeps:SWEPT") train only; they
+    # named "ops:OPCODE", "fusions:ORIGIN", "variants:ORIGIN", "sweeps:SWEPT") train only; they
     # are drawn from train programs of both splits (examples/build_corpus.py)
     for split in (rnd, man):
         split["train"] += list(GENERATED_PROGRAMS)

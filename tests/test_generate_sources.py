@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tpuperf_cli.errors import TpuperfError
-from tpuperf_cli.generate import driver, fusions, heavy, ops, source, sweeps
+from tpuperf_cli.generate import driver, fusions, heavy, ops, source, sweeps, variants
 from tpuperf_cli.hlo.compilable import compilable_module
 from tpuperf_cli.hlo.compile import optimize
 from tpuperf_cli.hlo.cost import kernel_cost
@@ -55,6 +55,7 @@ def test_sources_are_registered():
     assert source("fusions") is fusions.generate
     assert source("sweeps") is sweeps.generate
     assert source("heavy") is heavy.generate
+    assert source("variants") is variants.generate
 
 
 def test_fusions_records_are_single_kernels_and_deterministic():
@@ -156,6 +157,91 @@ def test_a_group_xla_splits_is_not_kept(tmp_path, monkeypatch):
 def test_fusions_needs_programs():
     with pytest.raises(TpuperfError, match="needs programs"):
         next(fusions.generate(0, [], print))
+
+
+# ---------------------------------------------------------------- variants
+
+CNN = str(EX / "hlo" / "cnn_s_train.hlo")
+
+
+def test_variants_are_fusions_with_other_arithmetic_and_clamps():
+    """Real groups of a program, their elementwise ops changed: single
+    kernels, deterministic, named variants:ORIGIN, and holding ops the
+    program's own fusions never have (cnn_s has no clamp, tanh or divide
+    in a fusion)."""
+    program_ops = set(re.findall(r"= \S+ ([a-z-]+)\(", Path(CNN).read_text()))
+    assert "clamp" not in program_ops
+    log = []
+    first = take(variants.generate(0, [CNN], log.append), 12)
+    again = take(variants.generate(0, [CNN], log.append), 12)
+    plain = take(fusions.generate(0, [CNN], log.append), 12)
+    assert [r[FINGERPRINT] for r in first] == [r[FINGERPRINT] for r in again]
+    assert not {r[FINGERPRINT] for r in first} & {r[FINGERPRINT] for r in plain}
+    assert any(line.startswith("variants: ") for line in log)
+    new_ops = set()
+    for r in first:
+        assert (r[SOURCE], r[ORIGIN], r[PROGRAM]) == ("variants", "cnn_s_train",
+                                                      "variants:cnn_s_train")
+        assert_one_kernel(r)
+        new_ops |= set(re.findall(r"= \S+ ([a-z-]+)\(", r[HLO])) - program_ops
+    assert "clamp" in new_ops
+
+
+def _graph(text):
+    """A fusions.Graph of a small module's entry."""
+    module = parse_module(text, "t")
+    nodes = fusions.flatten(module, module.entry)
+    users = {n: [u for u, ins in nodes.items() if n in ins.operands] for n in nodes}
+    return fusions.Graph("t", module, nodes, users,
+                         [n for n, ins in nodes.items() if ins.opcode in fusions.FUSIBLE])
+
+
+SMALL = """HloModule t
+
+ENTRY %main (a: f32[8,16], b: f32[8,16], i: s32[8,16]) -> f32[8,16] {
+  %a = f32[8,16]{1,0} parameter(0)
+  %b = f32[8,16]{1,0} parameter(1)
+  %i = s32[8,16]{1,0} parameter(2)
+  %j = s32[8,16]{1,0} add(%i, %i)
+  %m = f32[8,16]{1,0} multiply(%a, %b)
+  %t = f32[8,16]{1,0} tanh(%m)
+  ROOT %s = f32[8,16]{1,0} add(%t, %a)
+}
+"""
+
+
+def test_vary_keeps_arity_and_float_types_and_clamps_in_place():
+    graph = _graph(SMALL)
+    seen = set()
+    for seed in range(40):
+        got = variants.vary(graph, ["m", "t", "s"], random.Random(seed))
+        if got is None:                   # nothing drawn to change: fusions' own group
+            continue
+        varied, group = got
+        assert varied.nodes != graph.nodes
+        assert graph.nodes["m"].opcode == "multiply"      # the program's graph is untouched
+        for name in group:
+            ins = varied.nodes[name]
+            if name in ("m", "s"):
+                assert ins.opcode in variants.BINARY
+            elif name == "t":
+                assert ins.opcode in variants.UNARY
+            seen.add(ins.opcode)
+        clamps = [n for n in group if varied.nodes[n].opcode == "clamp"]
+        if clamps:
+            (c,) = clamps
+            lo, target, hi = varied.nodes[c].operands
+            assert group.index(target) < group.index(lo) < group.index(hi) < group.index(c)
+            assert varied.nodes[lo].opcode == "broadcast"
+            # every user of the clamped op in the group reads the clamp instead
+            assert all(target not in varied.nodes[n].operands
+                       for n in group if n not in (c, lo, hi))
+            text = fusions.group_module(varied, group)
+            assert "clamp(" in text and "constant(6)" in text
+            parse_module(text, "varied")                # well-formed HLO
+    assert "clamp" in seen and len(seen) > 6
+    # integer ops never change, and a group with nothing to vary is skipped
+    assert variants.vary(graph, ["j"], random.Random(0)) is None
 
 
 # ---------------------------------------------------------------- sweeps

@@ -51,8 +51,8 @@ KERNEL_FIELDS = (PROGRAM, KERNEL, INDEX, COUNT, COUNT_KNOWN, HLO, OPCODE, FUSION
                  FINGERPRINT, COMPUTATION)
 
 # tpuperf generate: where a generated kernel came from (absent on hlo-split's)
-SOURCE = "source"                # "fusions", "sweeps" or "ops" (generate.SOURCES)
-ORIGIN = "origin"                # the program it was drawn from (fusions, sweeps), else absent
+SOURCE = "source"                # "fusions", "ops", ... (generate.SOURCES)
+ORIGIN = "origin"                # the program it was drawn from (fusions, variants, sweeps), else absent
 
 # tile-task records (import): one record per tile configuration of a kernel
 CONFIG = "config"                # {BOUND_KEYS...: [ints]}

@@ -51,6 +51,13 @@ candidate each):
            random connected producer-consumer groups of fusible ops, one
            op to dozens, kept when XLA:CPU compiles the group into exactly
            one kernel. Records: program fusions:..., origin the program.
+  variants fusions' groups of PROGRAMS with their arithmetic changed:
+           each float elementwise op, half the time, becomes another of
+           its arity (add, subtract, multiply, divide, maximum, minimum;
+           exp, log, tanh, logistic, sqrt, rsqrt, negate, abs, ...), and
+           half the groups clamp one op's result between broadcast 0 and 6
+           (relu6), so ops the programs lack reach fused kernels. Kept as
+           fusions' are. Records: program variants:..., origin the program.
   sweeps   the example programs named in PROGRAMS (resnet_s_train, or its
            file examples/hlo/resnet_s_train.hlo) rebuilt in JAX at other
            batches, sizes, sequence lengths and dtypes, compiled by XLA:CPU
@@ -88,6 +95,7 @@ Examples:
   tpuperf generate --source ops --limit 50 | featurize | measure --backend cpu -o ops.msgpack
   tpuperf generate --source ops --seed 7 --exclude 'shards/*.zst' -o more.zst
   tpuperf generate --source fusions examples/hlo/*.hlo --limit 2000 -o fusions.zst
+  tpuperf generate --source variants examples/hlo/cnn_s_train.hlo --limit 200 -o variants.zst
 
 \b
 Exit status:

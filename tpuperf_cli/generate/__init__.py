@@ -33,6 +33,7 @@ from tpuperf_cli.records import ORIGIN, SOURCE, Record
 # name -> module of this package holding generate(); one line per source
 SOURCES = {
     "fusions": "fusions",
+    "variants": "variants",
     "sweeps": "sweeps",
     "ops": "ops",
     "heavy": "heavy",

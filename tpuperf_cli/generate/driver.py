@@ -13,7 +13,7 @@ from tpuperf_cli.generate import SOURCES, Failed, source
 from tpuperf_cli.records import FINGERPRINT, OPCODE, SOURCE, Record
 
 # Sources that draw from the programs given (the others make kernels from nothing).
-PROGRAM_SOURCES = frozenset({"fusions", "sweeps"})
+PROGRAM_SOURCES = frozenset({"fusions", "variants", "sweeps"})
 # Stop when this many candidates in a row were all duplicates, excluded or
 # failed: the sources have nothing new left to give for this seed.
 MAX_STALE = 20000
@@ -75,7 +75,7 @@ def check_programs(names: Sequence[str], programs: Sequence[str]) -> None:
     """Refuse programs no source reads, and program files that are not there."""
     if programs and not PROGRAM_SOURCES.intersection(names):
         raise TpuperfError(f"{programs[0]}: --source {', '.join(names)} draws from no programs "
-                           f"(program files are for {' and '.join(sorted(PROGRAM_SOURCES))})",
+                           f"(program files are for {', '.join(sorted(PROGRAM_SOURCES))})",
                            exit_code=2)
     for path in programs:
         # sweeps also takes an example program by name (resnet_s_train)

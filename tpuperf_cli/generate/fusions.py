@@ -92,20 +92,33 @@ def generate(seed: int, programs: Sequence[str],
     that XLA:CPU compiles to one kernel, deterministically for a seed (and
     the programs' order). Ends when GIVE_UP_AFTER candidates in a row were
     repeats or rejected; otherwise runs forever."""
+    return draw_kernels(seed, programs, log, SOURCE_NAME)
+
+
+# vary(graph, group, rng) -> (graph, group) with some ops changed, or None
+# to skip the group (the `variants` source)
+Vary = Callable[[Graph, list, random.Random], "tuple[Graph, list] | None"]
+
+
+def draw_kernels(seed: int, programs: Sequence[str], log: Callable[[str], None],
+                 source: str, vary: Vary | None = None) -> Iterator[Record]:
+    """generate() for a source: each group drawn goes through `vary` (when
+    given) before it becomes a module; without it the rng is drawn from as
+    it always was, so a seed gives the fusions it gave before."""
     from tpuperf_cli.generate import kernel_record
 
     if not programs:
-        raise TpuperfError("--source fusions: needs programs (HLO files) to draw from")
+        raise TpuperfError(f"--source {source}: needs programs (HLO files) to draw from")
     graphs = load_graphs(programs)
     if not graphs:
-        raise TpuperfError("--source fusions: the programs hold no fusible ops")
+        raise TpuperfError(f"--source {source}: the programs hold no fusible ops")
     # each program as likely as another, each of its ops as likely as another
     by_program = {}
     for g in graphs:
         by_program.setdefault(g.program, []).append(g)
     names = list(by_program)
     weights = {p: [len(g.fusible) for g in gs] for p, gs in by_program.items()}
-    log(f"fusions: {len(names)} programs, {sum(len(g.fusible) for g in graphs)} fusible ops "
+    log(f"{source}: {len(names)} programs, {sum(len(g.fusible) for g in graphs)} fusible ops "
         f"to draw groups from")
     rng = random.Random(seed)
     seen = set()                      # digests of candidate modules already compiled
@@ -118,7 +131,14 @@ def generate(seed: int, programs: Sequence[str],
             graph = rng.choices(by_program[program], weights[program])[0]
             size = int(math.exp(rng.uniform(0.0, math.log(MAX_OPS + 1))))
             group = draw_group(graph, rng, size)
-            text = group_module(graph, group)
+            if vary is not None:
+                varied = vary(graph, group, rng)
+                if varied is None:
+                    fresh_streak += 1
+                    continue
+                text = group_module(*varied)
+            else:
+                text = group_module(graph, group)
             digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
             fresh_streak += 1
             if digest in seen:
@@ -129,31 +149,31 @@ def generate(seed: int, programs: Sequence[str],
             try:
                 optimized = compile_cpu(text)
                 if count_kernels(optimized) == 1:
-                    record = kernel_record(optimized, source=SOURCE_NAME,
-                                           program=f"{SOURCE_NAME}:{graph.program}",
+                    record = kernel_record(optimized, source=source,
+                                           program=f"{source}:{graph.program}",
                                            origin=graph.program)
             except TpuperfError:
                 count["failed"] += 1
             now = time.monotonic()
             if now - last_log >= LOG_EVERY_S:
                 last_log = now
-                log(progress_line(count, now - t0))
+                log(progress_line(source, count, now - t0))
             if record is not None:
                 count["kept"] += 1
                 fresh_streak = 0
                 yield record
-        log(progress_line(count, time.monotonic() - t0)
+        log(progress_line(source, count, time.monotonic() - t0)
             + f"; stopped: {GIVE_UP_AFTER} candidates in a row brought no new kernel")
     except GeneratorExit:
         # the driver has what it wanted (--limit): the last figures
-        log(progress_line(count, time.monotonic() - t0))
+        log(progress_line(source, count, time.monotonic() - t0))
         raise
 
 
-def progress_line(count, seconds):
+def progress_line(source, count, seconds):
     rate = count["kept"] / seconds if seconds > 0 else 0.0
     share = 100.0 * count["kept"] / count["tried"] if count["tried"] else 0.0
-    return (f"fusions: {count['tried']} groups compiled, {count['kept']} kept ({share:.0f}%), "
+    return (f"{source}: {count['tried']} groups compiled, {count['kept']} kept ({share:.0f}%), "
             f"{count['failed']} failed to compile, {rate:.1f} kernels/s")
 
 
