@@ -109,8 +109,6 @@ CHUNK = 4000
 # corpus's machine only)
 PLAN = {"ops": 72000, "fusions": 12000, "sweeps": 12000, "heavy": 12000, "variants": 0}
 SOURCES = tuple(PLAN)
-# sources that draw from the programs of every split's train list
-DRAWING = ("fusions", "variants", "sweeps")
 # generated kernels are measured nearest-to-the-programs first, so that a
 # build cut short holds the most useful ones
 MEASURE_ORDER = ("fusions", "variants", "sweeps", "heavy", "ops")
@@ -257,9 +255,13 @@ def generate_command(source, limit, args):
     """The tpuperf generate command writing .work/SOURCE.tmp.zst: it
     excludes every program kernel and the kernels of the sources before
     it in SOURCES (fusions, sweeps and heavy run side by side after ops)."""
+    sys.path.insert(0, str(ROOT))
+    from tpuperf_cli.generate.driver import PROGRAM_SOURCES
+
     cmd = tool("generate") + ["--source", source, "--seed", str(args.seed), "--limit", str(limit),
                               "-q", "-o", str(WORK / f"{source}.tmp.zst")]
-    if source in DRAWING:
+    # they draw from the programs of every split's train list
+    if source in PROGRAM_SOURCES:
         cmd += [str(HERE / "hlo" / f"{p}.hlo") for p in draw_from()]
     shards = sorted((CORPUS / "kernels").glob("*.zst"))
     if source != "ops":

@@ -131,16 +131,12 @@ def draw_kernels(seed: int, programs: Sequence[str], log: Callable[[str], None],
             graph = rng.choices(by_program[program], weights[program])[0]
             size = int(math.exp(rng.uniform(0.0, math.log(MAX_OPS + 1))))
             group = draw_group(graph, rng, size)
-            if vary is not None:
-                varied = vary(graph, group, rng)
-                if varied is None:
-                    fresh_streak += 1
-                    continue
-                text = group_module(*varied)
-            else:
-                text = group_module(graph, group)
-            digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
+            varied = (graph, group) if vary is None else vary(graph, group, rng)
             fresh_streak += 1
+            if varied is None:
+                continue
+            text = group_module(*varied)
+            digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
             if digest in seen:
                 continue
             seen.add(digest)

@@ -69,7 +69,7 @@ def vary(graph: Graph, group: list, rng: random.Random) -> tuple[Graph, list] | 
             opcode = rng.choice([c for c in choices if c != ins.opcode])
             nodes[name] = dataclasses.replace(ins, opcode=opcode)
             changed = True
-    floats = [n for n in group if is_float(nodes[n]) and nodes[n].opcode not in ("constant",)]
+    floats = [n for n in group if is_float(nodes[n])]
     if floats and rng.random() < CLAMP:
         group = clamp_after(nodes, group, rng.choice(floats))
         changed = True
@@ -84,7 +84,6 @@ def clamp_after(nodes: dict, group: list, target: str) -> list:
     `nodes` (adds the clamp, its bounds and their scalar constants, and
     copies of the rewired users); returns the new group order."""
     ins = nodes[target]
-    members = set(group)
     scalar = parse_shape(f"{ins.shape.element_type}[]")
     added = []
     for side, literal in zip(("lo", "hi"), CLAMP_BOUNDS):
@@ -96,7 +95,7 @@ def clamp_after(nodes: dict, group: list, target: str) -> list:
     clamp = f"{target}~clamp"
     nodes[clamp] = Instruction(clamp, "clamp", ins.shape, [added[0], target, added[1]])
     for name in group:
-        if name in members and target in nodes[name].operands:
+        if target in nodes[name].operands:
             user = nodes[name]
             nodes[name] = dataclasses.replace(
                 user, operands=[clamp if o == target else o for o in user.operands])
