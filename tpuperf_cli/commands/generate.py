@@ -81,8 +81,11 @@ Opcodes of the table the ops source does not write, and why:
 Kernels are unique by fingerprint: a repeat of one already written, or
 one whose fingerprint is in a stream given with --exclude (plain or
 zstd), is skipped. The output is the same for the same --seed, sources
-and PROGRAMS. The run stops after --limit kernels, when every source has
-ended, or when 20000 candidates in a row gave nothing new.
+and PROGRAMS on a machine with as many CPUs: XLA:CPU, which compiles the
+candidates of fusions and variants, splits kernels by the CPUs the process
+may use, so a run pinned to one CPU keeps other kernels than one on two.
+The run stops after --limit kernels, when every source has ended, or when
+20000 candidates in a row gave nothing new.
 
 On stderr (unless -q): progress (a line updated in place on a terminal,
 else one a minute), then a summary: kernels per source and per opcode,
