@@ -210,7 +210,8 @@ def main():
     preds = {}
     bundled = load_model(args.model or default_model_path())
     preds["bundled"] = bundled.predict_examples(test_examples())
-    preds[f"calibrated ({result['method']})"] = load_model(out).predict_examples(test_examples())
+    joined = f", {result['members']} fits joined" if result["members"] > 1 else ""
+    preds[f"calibrated ({result['method']}{joined})"] = load_model(out).predict_examples(test_examples())
     for method, model in result["models"].items():
         if method != "base":
             preds[f"  {method} (fitted on calibrate's fitting programs)"] = cal.Fitter.predict(
@@ -264,7 +265,8 @@ def main():
         with open(args.json, "w") as f:
             json.dump({"machine": here, "load": load, "rows": rows, "noise_floor": floor,
                        "rows_5us": big_rows, "noise_floor_5us": big_floor,
-                       "method": result["method"], "budget_s": budget_s}, f, indent=1,
+                       "method": result["method"], "members": result["members"],
+                       "budget_s": budget_s}, f, indent=1,
                       default=lambda v: None if isinstance(v, float) and math.isnan(v) else str(v))
 
 

@@ -301,3 +301,39 @@ def test_fitting_stops_after_patience_epochs_without_a_better_validation_error()
                                  max_epochs=400, patience=3)
     assert best_epoch == 0
     assert len(fitted_batches) == 3     # one batch of 6 kernels an epoch, 3 epochs
+
+
+def test_the_winner_is_fitted_on_other_splits_and_joined_into_one_saved_ensemble(tmp_path):
+    """adapt fits the winning method again on other splits of the programs
+    and joins the fits: the model predicts their geometric mean, and it
+    saves and loads as one model file that predicts the same."""
+    import copy
+
+    import numpy as np
+
+    from tpuperf_cli.calibrate import adapt
+    from tpuperf_cli.model import default_model_path
+    from tpuperf_cli.model.examples import example
+    from tpuperf_cli.model.predict import build, load_model, model_dict, read_model_file, save_atomic
+
+    records = [r for r in read_records(str(GRAPHS / "mlp_s_train.zst")) if r.get("runtime_ns")]
+    examples = [example(r, i, "measured") for i, r in enumerate(records[:40], 1)]
+    for i, ex in enumerate(examples):
+        ex.program = f"p{i % 8}"
+        ex.runtime *= 2.0            # another machine: twice as slow
+    base = build(read_model_file(default_model_path()), default_model_path())
+    result = adapt(base, examples, log=lambda m: None, seconds=30, methods=("finetune",),
+                   threads=1, members=3)
+    model = result["model"]
+    assert result["method"] == "finetune" and result["members"] == 3
+    assert len(model.net.members) == 3
+    each = []
+    for member in model.net.members:
+        one = copy.copy(model)
+        one.net, one._memo = member, {}
+        each.append(np.log(one.predict_examples(examples)))
+    joined = model.predict_examples(examples)
+    assert np.allclose(np.log(joined), np.mean(each, axis=0), atol=1e-4)
+    path = tmp_path / "cal.pt"
+    save_atomic(model_dict(model.net, model.scaler, "cal", "fusion", "mse", None, {}), path)
+    assert np.allclose(load_model(str(path)).predict_examples(examples), joined, rtol=1e-4)

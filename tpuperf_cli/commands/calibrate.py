@@ -98,11 +98,12 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
 
     Adapting: `scale` refits the output scale (log runtime, affine),
     `head` trains the output head with the rest frozen, `finetune` trains
-    all weights at a low learning rate, each until its share of the time is
-    spent or 20 epochs bring no better validation error; the training
-    kernels' programs are split again to pick the method (or the base
-    model) with the lowest median per-program MAPE, and the winner is
-    refitted on all of them. benchmarks/bench_calibrate.py compares them.
+    all weights, each until its share of the time is spent or 20 epochs
+    bring no better validation error; the training kernels' programs are
+    split again to pick the method (or the base model) with the lowest
+    median per-program MAPE. The winner is fitted again on other splits
+    while time allows, and the fits (at most 3) are joined into one
+    ensemble model. benchmarks/bench_calibrate.py compares them.
 
     Without --output the model goes to $XDG_DATA_HOME/tpuperf/models/ (default
     ~/.local/share/tpuperf/models/), named by target; from then on
@@ -145,7 +146,8 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     if before["n"]:
         print(f"held out: {before['n']} kernel(s) of {before['programs']} program(s) timed here")
         print(f"  before ({result['base']}): {figures_text(before)}")
-        print(f"  after  ({result['name']}, {result['method']}): {figures_text(after)}")
+        joined = f", {result['members']} fits joined" if result["members"] > 1 else ""
+        print(f"  after  ({result['name']}, {result['method']}{joined}): {figures_text(after)}")
     else:
         print("held out: no kernel of the held-out programs was timed (a larger --budget "
               "times some)")
