@@ -337,3 +337,25 @@ def test_the_winner_is_fitted_on_other_splits_and_joined_into_one_saved_ensemble
     path = tmp_path / "cal.pt"
     save_atomic(model_dict(model.net, model.scaler, "cal", "fusion", "mse", None, {}), path)
     assert np.allclose(load_model(str(path)).predict_examples(examples), joined, rtol=1e-4)
+
+
+def test_a_base_that_is_an_ensemble_is_fitted_once():
+    """At most 3 networks in all: a base ensemble of 3 gives one fit."""
+    import copy
+
+    from tpuperf_cli.calibrate import adapt
+    from tpuperf_cli.model import default_model_path
+    from tpuperf_cli.model.examples import example
+    from tpuperf_cli.model.net import EnsembleNet
+    from tpuperf_cli.model.predict import build, read_model_file
+
+    records = [r for r in read_records(str(GRAPHS / "mlp_s_train.zst")) if r.get("runtime_ns")]
+    examples = [example(r, i, "measured") for i, r in enumerate(records[:40], 1)]
+    for i, ex in enumerate(examples):
+        ex.program = f"p{i % 8}"
+    base = build(read_model_file(default_model_path()), default_model_path())
+    base.net = EnsembleNet([copy.deepcopy(base.net) for _ in range(3)])
+    result = adapt(base, examples, log=lambda m: None, seconds=30, methods=("finetune",),
+                   threads=1)
+    assert result["members"] == 1
+    assert len(result["model"].net.members) == 3
