@@ -89,6 +89,8 @@ def main():
                     help="a model trained from scratch on the whole corpus measured here")
     ap.add_argument("--samples", type=int, default=15)
     ap.add_argument("--json", default=None, help="also write the figures here")
+    ap.add_argument("--join", default="ensemble", choices=["ensemble", "average"],
+                    help="as calibrate --join")
     args = ap.parse_args()
     budget_s = parse_budget(None, None, args.budget)
 
@@ -170,7 +172,7 @@ def main():
     opts = cal.Options(budget_s=budget_s, out=out, cache_dir=args.cache_dir,
                        corpus=tuple(args.corpus or ()),
                        samples=args.samples, exclude_programs=tuple(sorted(test_programs)),
-                       model=args.model)
+                       model=args.model, join=args.join)
     result = cal.calibrate(opts, log)
 
     # 3. the test kernels timed again, afresh: the labels' noise floor, and
@@ -210,7 +212,8 @@ def main():
     preds = {}
     bundled = load_model(args.model or default_model_path())
     preds["bundled"] = bundled.predict_examples(test_examples())
-    joined = f", {result['members']} fits joined" if result["members"] > 1 else ""
+    joined = (f", {result['members']} fits "
+              f"{'joined' if args.join == 'ensemble' else 'averaged'}" if result["members"] > 1 else "")
     preds[f"calibrated ({result['method']}{joined})"] = load_model(out).predict_examples(test_examples())
     for method, model in result["models"].items():
         if method != "base":

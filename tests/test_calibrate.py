@@ -310,6 +310,7 @@ def test_the_winner_is_fitted_on_other_splits_and_joined_into_one_saved_ensemble
     import copy
 
     import numpy as np
+    import torch
 
     from tpuperf_cli.calibrate import adapt
     from tpuperf_cli.model import default_model_path
@@ -320,13 +321,15 @@ def test_the_winner_is_fitted_on_other_splits_and_joined_into_one_saved_ensemble
     examples = [example(r, i, "measured") for i, r in enumerate(records[:40], 1)]
     for i, ex in enumerate(examples):
         ex.program = f"p{i % 8}"
-        ex.runtime *= 2.0            # another machine: twice as slow
+        ex.runtime = ex.runtime ** 1.6 / 50.0   # another machine: stretched past what scale fits
     base = build(read_model_file(default_model_path()), default_model_path())
     result = adapt(base, examples, log=lambda m: None, seconds=30, methods=("finetune",),
                    threads=1, members=3)
     model = result["model"]
     assert result["method"] == "finetune" and result["members"] == 3
     assert len(model.net.members) == 3
+    first, second = (m.state_dict() for m in model.net.members[:2])
+    assert any(not torch.allclose(first[k], second[k]) for k in first)   # fits, not the base thrice
     each = []
     for member in model.net.members:
         one = copy.copy(model)
@@ -359,3 +362,31 @@ def test_a_base_that_is_an_ensemble_is_fitted_once():
                    threads=1)
     assert result["members"] == 1
     assert len(result["model"].net.members) == 3
+
+
+def test_join_average_makes_one_network_of_the_fits_mean_weights():
+    import numpy as np
+
+    from tpuperf_cli.calibrate import adapt
+    from tpuperf_cli.model import default_model_path
+    from tpuperf_cli.model.examples import example
+    from tpuperf_cli.model.net import EnsembleNet
+    from tpuperf_cli.model.predict import build, read_model_file
+
+    records = [r for r in read_records(str(GRAPHS / "mlp_s_train.zst")) if r.get("runtime_ns")]
+    examples = [example(r, i, "measured") for i, r in enumerate(records[:40], 1)]
+    for i, ex in enumerate(examples):
+        ex.program = f"p{i % 8}"
+        ex.runtime = ex.runtime ** 1.6 / 50.0   # stretched past what scale's slope can fit
+    base = build(read_model_file(default_model_path()), default_model_path())
+    result = adapt(base, examples, log=lambda m: None, seconds=30, methods=("finetune",),
+                   threads=1, join="average")
+    net = result["model"].net
+    assert result["members"] == 3 and not isinstance(net, EnsembleNet)
+    states = [f.net.state_dict() for f in result["fits"]]
+    assert any(not np.allclose(states[0][k].numpy(), states[1][k].numpy()) for k in states[0])
+    for name, value in net.state_dict().items():
+        if value.is_floating_point():
+            want = np.mean([s[name].numpy() for s in states], axis=0)
+            assert np.allclose(value.numpy(), want, atol=1e-6), name
+    assert np.all(np.isfinite(result["model"].predict_examples(examples)))

@@ -67,11 +67,17 @@ def parse_budget(ctx, param, text):
               help="Use at most N kernels (a quick run).")
 @click.option("--methods", default="scale,head,finetune", show_default=True,
               help="Adaptation methods to try, comma-separated (scale, head, finetune).")
+@click.option("--join", type=click.Choice(["ensemble", "average"]), default="ensemble",
+              show_default=True,
+              help="How the winning method's fits on several splits become one model: an "
+                   "ensemble (the geometric mean of their predictions; more accurate, predict "
+                   "runs three at about 0.55x one network's rate) or one network of their "
+                   "averaged weights (a single network's speed).")
 @click.option("--threads", type=click.IntRange(0), default=0,
               help="Threads for training (default: min(2, cores) or $TPUPERF_THREADS).")
 @quiet_option(help="No progress on stderr (the held-out figures are still printed).")
 def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compile_jobs,
-        measure_share, holdout, more, max_kernels, methods, threads, quiet):
+        measure_share, holdout, more, max_kernels, methods, join, threads, quiet):
     """Adapt a model to this machine within a time budget.
 
     Chooses kernels of the corpus (the checkout's examples/corpus/graphs,
@@ -103,7 +109,9 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     split again to pick the method (or the base model) with the lowest
     median per-program MAPE. The winner is fitted again on other splits
     while time allows, and the fits (at most 3) are joined into one
-    ensemble model. benchmarks/bench_calibrate.py compares them.
+    ensemble model (--join average: one network of their averaged
+    weights, faster to predict with, a little less accurate).
+    benchmarks/bench_calibrate.py compares them.
 
     Without --output the model goes to $XDG_DATA_HOME/tpuperf/models/ (default
     ~/.local/share/tpuperf/models/), named by target; from then on
@@ -140,13 +148,16 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     opts = Options(backend=backend, budget_s=budget, model=model, out=out, cache_dir=cache_dir,
                    corpus=corpus, generate=generate, samples=samples, compile_jobs=compile_jobs,
                    measure_share=measure_share, holdout=holdout,
-                   more=more, max_kernels=max_kernels, methods=chosen, threads=threads or None)
+                   more=more, max_kernels=max_kernels, methods=chosen, join=join,
+                   threads=threads or None)
     result = calibrate(opts, log)
     before, after = result["before"], result["after"]
     if before["n"]:
         print(f"held out: {before['n']} kernel(s) of {before['programs']} program(s) timed here")
         print(f"  before ({result['base']}): {figures_text(before)}")
-        joined = f", {result['members']} fits joined" if result["members"] > 1 else ""
+        joined = (f", {result['members']} fits "
+                  f"{'joined' if result['join'] == 'ensemble' else 'averaged'}"
+                  if result["members"] > 1 else "")
         print(f"  after  ({result['name']}, {result['method']}{joined}): {figures_text(after)}")
     else:
         print("held out: no kernel of the held-out programs was timed (a larger --budget "
