@@ -70,9 +70,10 @@ def parse_budget(ctx, param, text):
 @click.option("--join", type=click.Choice(["ensemble", "average"]), default="ensemble",
               show_default=True,
               help="How the winning method's fits on several splits become one model: an "
-                   "ensemble (the geometric mean of their predictions; more accurate, predict "
-                   "runs three at about 0.55x one network's rate) or one network of their "
-                   "averaged weights (a single network's speed).")
+                   "ensemble (the geometric mean of their predictions; the more accurate on "
+                   "calibrate's held-out programs so far; predict runs three at about 0.55x one "
+                   "network's rate) or one network of their averaged weights (a single "
+                   "network's speed).")
 @click.option("--threads", type=click.IntRange(0), default=0,
               help="Threads for training (default: min(2, cores) or $TPUPERF_THREADS).")
 @quiet_option(help="No progress on stderr (the held-out figures are still printed).")
@@ -110,7 +111,7 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     median per-program MAPE. The winner is fitted again on other splits
     while time allows, and the fits (at most 3) are joined into one
     ensemble model (--join average: one network of their averaged
-    weights, faster to predict with, a little less accurate).
+    weights, faster to predict with, a little less accurate so far).
     benchmarks/bench_calibrate.py compares them.
 
     Without --output the model goes to $XDG_DATA_HOME/tpuperf/models/ (default
