@@ -69,6 +69,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def main():
+    from tpuperf_cli import calibrate as cal
     from tpuperf_cli.commands.calibrate import parse_budget
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -89,12 +90,11 @@ def main():
                     help="a model trained from scratch on the whole corpus measured here")
     ap.add_argument("--samples", type=int, default=15)
     ap.add_argument("--json", default=None, help="also write the figures here")
-    ap.add_argument("--join", default="ensemble", choices=["ensemble", "average"],
+    ap.add_argument("--join", default="ensemble", choices=cal.JOINS,
                     help="as calibrate --join")
     args = ap.parse_args()
     budget_s = parse_budget(None, None, args.budget)
 
-    from tpuperf_cli import calibrate as cal
     from tpuperf_cli.measure import MeasureSession
     from tpuperf_cli.measure.cache import Cache
     from tpuperf_cli.measure.parallel import compile_cpu_ids
@@ -212,9 +212,8 @@ def main():
     preds = {}
     bundled = load_model(args.model or default_model_path())
     preds["bundled"] = bundled.predict_examples(test_examples())
-    joined = (f", {result['members']} fits "
-              f"{'joined' if args.join == 'ensemble' else 'averaged'}" if result["members"] > 1 else "")
-    preds[f"calibrated ({result['method']}{joined})"] = load_model(out).predict_examples(test_examples())
+    calibrated = f"calibrated ({result['method']}{cal.joined_text(result['members'], args.join)})"
+    preds[calibrated] = load_model(out).predict_examples(test_examples())
     for method, model in result["models"].items():
         if method != "base":
             preds[f"  {method} (fitted on calibrate's fitting programs)"] = cal.Fitter.predict(
@@ -245,7 +244,7 @@ def main():
     for name, f in rows.items():
         line(name, f, big_rows[name])
     b = rows["bundled"]["program_mape"]
-    c = rows[f"calibrated ({result['method']})"]["program_mape"]
+    c = rows[calibrated]["program_mape"]
     # a base (or scratch) model trained on test programs, even on another
     # machine's labels, has seen their kernels: the figures are not of
     # families it never saw (the bundled model's random split trains on 8

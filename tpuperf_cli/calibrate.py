@@ -605,6 +605,13 @@ def average_of(models):
 JOINS = ("ensemble", "average")
 
 
+def joined_text(members: int, join: str) -> str:
+    """How a calibrated model's fits were joined, for the line naming it."""
+    if members <= 1:
+        return ""
+    return f", {members} fits {'joined' if join == 'ensemble' else 'averaged'}"
+
+
 def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
           members=MEMBERS, join="ensemble") -> dict:
     """Fit each method on part of `train`, pick the best on the rest (by

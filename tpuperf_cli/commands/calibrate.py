@@ -134,7 +134,7 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     Exit status: 0 on success, 1 on an error (no corpus, nothing measured,
     a bad model), 130 when interrupted.
     """
-    from tpuperf_cli.calibrate import METHODS, Options, calibrate, figures_text
+    from tpuperf_cli.calibrate import METHODS, Options, calibrate, figures_text, joined_text
 
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     wrong = [m for m in chosen if m not in METHODS]
@@ -156,10 +156,8 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     if before["n"]:
         print(f"held out: {before['n']} kernel(s) of {before['programs']} program(s) timed here")
         print(f"  before ({result['base']}): {figures_text(before)}")
-        joined = (f", {result['members']} fits "
-                  f"{'joined' if result['join'] == 'ensemble' else 'averaged'}"
-                  if result["members"] > 1 else "")
-        print(f"  after  ({result['name']}, {result['method']}{joined}): {figures_text(after)}")
+        print(f"  after  ({result['name']}, {result['method']}"
+              f"{joined_text(result['members'], result['join'])}): {figures_text(after)}")
     else:
         print("held out: no kernel of the held-out programs was timed (a larger --budget "
               "times some)")
