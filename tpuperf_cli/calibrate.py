@@ -455,6 +455,12 @@ def figures_text(f: dict) -> str:
 
 # ---------------------------------------------------------------- adapting
 
+def program_mape(model, examples) -> float:
+    """The model's median per-program MAPE on examples (validation)."""
+    return figures(Fitter.predict(model, examples), [e.runtime for e in examples],
+                   [e.program for e in examples])["program_mape"]
+
+
 class Fitter:
     """Adapts a base model (a DGL Model from predict.build) to examples."""
 
@@ -513,8 +519,7 @@ class Fitter:
         t_end = time.monotonic() + seconds
         best, best_state, epochs, best_epoch = math.inf, None, 0, 0
         if valid:
-            best = figures(self.predict(model, valid), [e.runtime for e in valid],
-                           [e.program for e in valid])["program_mape"]
+            best = program_mape(model, valid)
             best_state = copy.deepcopy(net.state_dict())
         t_epoch = 0.0
         while (epochs < max_epochs and time.monotonic() + t_epoch < t_end
@@ -533,8 +538,7 @@ class Fitter:
             model._memo.clear()
             epochs += 1
             if valid:
-                err = figures(self.predict(model, valid), [e.runtime for e in valid],
-                              [e.program for e in valid])["program_mape"]
+                err = program_mape(model, valid)
                 if err < best:
                     best, best_state, best_epoch = err, copy.deepcopy(net.state_dict()), epochs
             t_epoch = time.monotonic() - t0
@@ -623,7 +627,6 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
     if join not in JOINS:
         raise TpuperfError(f"unknown way to join the fits {join!r}: expected one of "
                            f"{', '.join(JOINS)}")
-    fitter = Fitter(base, log, threads)
     t_end = time.monotonic() + seconds
     if join == "ensemble":
         # a base that is already an ensemble (`tpuperf ensemble`) counts its
@@ -631,21 +634,20 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
         members = max(1, members // len(getattr(base.net, "members", [base.net])))
     # one scale for every method and member (2 numbers from every fitted
     # kernel), so that members trained on different splits share the scaler
+    fitter = Fitter(base, log, threads)
     scaled = Fitter(fitter.scale(fitter.copy(), train), log, threads)
     fit, valid = split_groups(train, 0.2, seed)
     scores, models = {}, {}
 
     def score(model):
-        if not valid:
-            return math.nan
-        return figures(fitter.predict(model, valid), [e.runtime for e in valid],
-                       [e.program for e in valid])["program_mape"]
+        return program_mape(model, valid) if valid else math.nan
 
     scores["base"] = score(base)
     models["base"] = base
     trained = [m for m in methods if m != "scale"]
     share = {"head": 0.3, "finetune": 0.7} if len(trained) == 2 else {m: 1.0 for m in trained}
-    fit_time = (0.5 if members > 1 else 0.9) * seconds
+    # half the time for the rest of the fits, when there will be any
+    fit_time = (0.5 if members > 1 and valid else 0.9) * seconds
     epochs_of = {}
     for method in methods:
         left = t_end - time.monotonic()
@@ -684,10 +686,8 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
             m, epoch = scaled.train(scaled.copy(), m_fit, m_valid, params, lr,
                                     left / (members - i))
             joined.append(m)
-            own = figures(fitter.predict(m, m_valid), [e.runtime for e in m_valid],
-                          [e.program for e in m_valid])["program_mape"]
             log(f"calibrate: {best}: member {i + 1} of {members}: validation program MAPE "
-                f"{own:.1f}% on its own split, best after {epoch} epoch(s)")
+                f"{program_mape(m, m_valid):.1f}% on its own split, best after {epoch} epoch(s)")
         model = ensemble_of(joined) if join == "ensemble" else average_of(joined)
     return {"model": model, "method": best, "scores": scores, "models": models,
             "members": len(joined), "fits": joined, "fit": len(fit), "valid": len(valid)}
