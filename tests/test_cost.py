@@ -241,7 +241,8 @@ def test_kernel_feature_names():
                                "output_bytes", "matmul_batch", "matmul_m", "matmul_n",
                                "matmul_k", "matmul_m_align", "matmul_n_align",
                                "matmul_k_align", "matmul_lhs_k_minor", "matmul_rhs_k_minor",
-                               "relayout_bytes", "output_minor_dim", "output_minor_align")
+                               "relayout_bytes", "output_minor_dim", "output_minor_align",
+                               "indexed_slices")
 
 
 def matmul(c):
@@ -428,3 +429,52 @@ ENTRY e {
 """)
     assert tup["output_minor_dim"] == 4 and tup["output_minor_align"] == 2
     assert add("f32[8,512,48]") == 48 and alignment(48) == 4
+
+
+def test_indexed_slices_counts_the_index_tuples_of_gathers_and_scatters():
+    # gnn_s_train's scatter-adds: 8,192 tuples, whether each moves a scalar or a row
+    def scatter(window):
+        upd = "f32[8192,1]" if not window else f"f32[8192,1,{window}]"
+        out = "f32[1024]" if not window else f"f32[1024,{window}]"
+        dims = "update_window_dims={1}" if not window else "update_window_dims={1,2}"
+        return cost(f"""HloModule s
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}}
+fused {{
+  p0 = {out} parameter(0)
+  p1 = s32[8192,1] parameter(1)
+  p2 = {upd} parameter(2)
+  ROOT s = {out} scatter(p0, p1, p2), {dims}, inserted_window_dims={{}}, scatter_dims_to_operand_dims={{0}}, index_vector_dim=1, to_apply=add
+}}
+ENTRY e {{
+  x = {out} parameter(0)
+  i = s32[8192,1] parameter(1)
+  u = {upd} parameter(2)
+  ROOT f = {out} fusion(x, i, u), kind=kLoop, calls=fused
+}}
+""")
+    scalar, rows = scatter(0), scatter(32)
+    assert scalar["indexed_slices"] == rows["indexed_slices"] == 8192
+    assert rows["flops"] == 32 * scalar["flops"]      # what flops said instead
+    # index_vector_dim past the last dim: each index element is a tuple of one
+    gather = cost("""HloModule g
+ENTRY e {
+  x = f32[100,16] parameter(0)
+  i = s32[6,5] parameter(1)
+  ROOT g = f32[6,5,16] gather(x, i), offset_dims={2}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=2, slice_sizes={1,16}
+}
+""")
+    assert gather["indexed_slices"] == 30
+    # two indices a tuple (index_vector_dim=1): 7 tuples; no gather or scatter: 0
+    pairs = cost("""HloModule g
+ENTRY e {
+  x = f32[10,10,4] parameter(0)
+  i = s32[7,2] parameter(1)
+  ROOT g = f32[7,4] gather(x, i), offset_dims={1}, collapsed_slice_dims={0,1}, start_index_map={0,1}, index_vector_dim=1, slice_sizes={1,1,4}
+}
+""")
+    assert pairs["indexed_slices"] == 7
+    assert cost(FUSION)["indexed_slices"] == 0

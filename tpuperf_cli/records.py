@@ -122,12 +122,14 @@ NODE_FEATURES = 140
 # and output_minor_align the alignment of that size, as matmul_*_align:
 # XLA:CPU's unfused f32 elementwise ops run at about 0.9 ns an element with
 # a minor dim of 9 to 34, 0.06 to 0.11 with 8, 40, 48, 56, 64 or 128, and
-# 0.2 to 0.3 with most other sizes (96, 160 and 192 among them)
+# 0.2 to 0.3 with most other sizes (96, 160 and 192 among them).
+# indexed_slices: the index tuples of the kernel's gathers and scatters:
+# XLA:CPU's scatter loop costs about 3 ns a tuple, whatever each one moves
 KERNEL_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "output_bytes",
                    "matmul_batch", "matmul_m", "matmul_n", "matmul_k",
                    "matmul_m_align", "matmul_n_align", "matmul_k_align",
                    "matmul_lhs_k_minor", "matmul_rhs_k_minor", "relayout_bytes",
-                   "output_minor_dim", "output_minor_align")
+                   "output_minor_dim", "output_minor_align", "indexed_slices")
 # what featurize wrote before the matmul_* features (2026-11-25)
 BASE_KERNEL_FEATURES = 5
 # The three bound lists of a tile configuration, in the order TpuGraphs lays

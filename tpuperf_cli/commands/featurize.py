@@ -45,14 +45,14 @@ def cli(inputs, output, skip_bad, quiet):
                                     point from user to operand); one row per
                                     distinct operand, and one from a caller
                                     to each called computation's root
-      kernel_feat  float32 (17)     flops, transcendentals, bytes_read,
+      kernel_feat  float32 (18)     flops, transcendentals, bytes_read,
                                     bytes_written, output_bytes,
                                     matmul_batch, matmul_m, matmul_n,
                                     matmul_k, matmul_m_align,
                                     matmul_n_align, matmul_k_align,
                                     matmul_lhs_k_minor, matmul_rhs_k_minor,
                                     relayout_bytes, output_minor_dim,
-                                    output_minor_align
+                                    output_minor_align, indexed_slices
       config_feat  float32 (24)     tile config: kernel_bounds, output_bounds,
                                     input_bounds, each 6 entries + sum +
                                     product (zeros without a "config" field)
@@ -113,6 +113,9 @@ def cli(inputs, output, skip_bad, quiet):
     slower an element when it is 9 to 34; output_minor_align: log2 of the
     largest power of two dividing it, at most 7 (those loops ran fastest
     with 8, 40, 48, 56, 64 or 128, though not with every multiple of 8).
+    indexed_slices: how many slices the kernel's gathers and scatters
+    address (their index tuples): XLA:CPU's scatter loop costs about 3 ns a
+    tuple however little each one moves.
     Kernel features are only appended: a model reads the first ones, as
     many as it was trained with.
 

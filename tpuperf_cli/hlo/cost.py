@@ -354,6 +354,33 @@ def output_minor_dim(shape) -> int:
     return int(shape.dims[shape.layout[0]])
 
 
+def indexed_slices(module: Module, comp) -> int:
+    """How many slices the kernel's gathers and scatters address (their
+    index tuples: the indices' elements over the index vector's size), in
+    comp and the computations its fusions run. XLA:CPU's scatter loop costs
+    about 3 ns an index tuple however few elements each one moves: a
+    scatter-add of 8,192 scalars and one of 8,192 rows of 32 floats both
+    take about 25 us, which neither flops nor bytes say."""
+    total = 0
+    for c, ins in _kernel_instructions(module, comp):
+        if ins.opcode == "gather":
+            k, ivd = 1, attrs.gather_dims(ins.attrs)["index_vector_dim"]
+        elif ins.opcode == "scatter":
+            k, ivd = (len(ins.operands) - 1) // 2, attrs.scatter_dims(ins.attrs)["index_vector_dim"]
+        else:
+            continue
+        indices = c.by_name.get(ins.operands[k]) if k < len(ins.operands) else None
+        if indices is None or not indices.shape.is_array:
+            continue
+        dims = indices.shape.dims
+        n = 1
+        for d, size in enumerate(dims):
+            if d != ivd:      # index_vector_dim == rank: each element is one index
+                n *= size
+        total += n
+    return total
+
+
 # the alignment features stop at 128 (2^7), a TPU's lane width
 MAX_ALIGN_LOG2 = 7
 
@@ -590,7 +617,7 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     "bytes_written", "output_bytes", "matmul_batch", "matmul_m", "matmul_n",
     "matmul_k", "matmul_m_align", "matmul_n_align", "matmul_k_align",
     "matmul_lhs_k_minor", "matmul_rhs_k_minor", "relayout_bytes",
-    "output_minor_dim", "output_minor_align"} (ints,
+    "output_minor_dim", "output_minor_align", "indexed_slices"} (ints,
     floats for the halves of triangular-solve and cholesky). flops and
     transcendentals are summed over every instruction of the ENTRY
     computation (parameters cost nothing), as XLA's
@@ -600,7 +627,8 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     matmul_*_align the alignment() of its m, n and k, and
     matmul_*_k_minor its matmul_layout; relayout_bytes as relayout_bytes()
     counts them; output_minor_dim that of the ENTRY root's result, and
-    output_minor_align its alignment().
+    output_minor_align its alignment(); indexed_slices as indexed_slices()
+    counts them.
     Raises CostError for a module it cannot cost.
     """
     an = _Analysis(module)
@@ -627,7 +655,8 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     minor = output_minor_dim(root.shape)
     return dict(zip(KERNEL_FEATURES, (flops, trans, read, written, root.shape.byte_size(),
                                       *matmul[:4], *aligned, *matmul[4:], relayout,
-                                      minor, alignment(minor))))
+                                      minor, alignment(minor),
+                                      indexed_slices(module, comp))))
 
 
 def computation_cost(module: Module, name: str) -> tuple[int | float, int | float]:
