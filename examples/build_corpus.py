@@ -39,9 +39,10 @@ changed is measured again, its kernels already timed coming from the cache.
 fusions and sweeps draw only from programs in the "train" list of every
 split file (split.train_in_all), so nothing made from a valid or test
 program enters training; the split files' train lists hold "ops:*",
-"fusions:*", "sweeps:*" and "heavy:*", the pseudo-programs of generated
-records (program "ops:OPCODE", "fusions:ORIGIN", "sweeps:SWEPT",
-"heavy:OPCODE"). Every kernel
+"fusions:*", "sweeps:*", "heavy:*", "variants:*" and "indexed:*", the
+pseudo-programs of generated records (program "ops:OPCODE",
+"fusions:ORIGIN", "sweeps:SWEPT", "heavy:OPCODE", "variants:ORIGIN",
+"indexed:OPCODE"). Every kernel
 already in a shard (the programs' too) is excluded, so a generated kernel
 is never a test program's kernel either. Chunks already measured are kept;
 an interrupted chunk resumes from measure's cache.
@@ -104,14 +105,16 @@ CHUNK = 4000
 # hundred kernels a second); fusions and sweeps compile every candidate
 # with XLA first (about 20 a second each). heavy's large convolutions and
 # dots take longest to measure per kernel
-# variants (fusions with their arithmetic changed, clamps added) is not in
-# the committed corpus yet: `--plan variants=N` adds it (measured on the
-# corpus's machine only)
-PLAN = {"ops": 72000, "fusions": 12000, "sweeps": 12000, "heavy": 12000, "variants": 0}
+# variants (fusions with their arithmetic changed, clamps added) and
+# indexed (gathers and scatters of many small slices) are not in the
+# committed corpus yet: `--plan variants=N indexed=N` adds them (measured on
+# the corpus's machine only)
+PLAN = {"ops": 72000, "fusions": 12000, "sweeps": 12000, "heavy": 12000, "variants": 0,
+        "indexed": 0}
 SOURCES = tuple(PLAN)
 # generated kernels are measured nearest-to-the-programs first, so that a
 # build cut short holds the most useful ones
-MEASURE_ORDER = ("fusions", "variants", "sweeps", "heavy", "ops")
+MEASURE_ORDER = ("fusions", "variants", "sweeps", "indexed", "heavy", "ops")
 
 
 def tool(name):
@@ -273,14 +276,14 @@ def generate_command(source, limit, args):
 
 def generate_all(plan, args):
     """.work/SOURCE.zst (unmeasured kernel records) for each planned source
-    not generated yet: ops first, then fusions, variants, sweeps and heavy
-    in parallel (each compiles with XLA)."""
+    not generated yet: ops first, then fusions, variants, sweeps, heavy and
+    indexed in parallel (each compiles with XLA)."""
     WORK.mkdir(parents=True, exist_ok=True)
     # a source whose chunks hold fewer kernels than planned is generated
     # again, whole: the same seed gives the kernels it has first (ops), and
     # measure's cache times none of them twice
     todo = [s for s in SOURCES if plan.get(s, 0) > 0 and _planned_kernels(s) < plan[s]]
-    for wave in (["ops"], ["fusions", "variants", "sweeps", "heavy"]):
+    for wave in (["ops"], ["fusions", "variants", "sweeps", "heavy", "indexed"]):
         running = {}
         for source in wave:
             if source in todo:

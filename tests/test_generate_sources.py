@@ -1,6 +1,7 @@
-"""tpuperf generate's fusions, sweeps and heavy sources: kernel records
-drawn from programs (fusion groups XLA:CPU makes one kernel of), from the
-example programs rebuilt at other sizes, and large convolutions and dots."""
+"""tpuperf generate's fusions, sweeps, heavy and indexed sources: kernel
+records drawn from programs (fusion groups XLA:CPU makes one kernel of),
+from the example programs rebuilt at other sizes, large convolutions and
+dots, and gathers and scatters of many small slices."""
 
 import itertools
 import random
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tpuperf_cli.errors import TpuperfError
-from tpuperf_cli.generate import driver, fusions, heavy, ops, source, sweeps, variants
+from tpuperf_cli.generate import driver, fusions, heavy, indexed, ops, source, sweeps, variants
 from tpuperf_cli.hlo.compilable import compilable_module
 from tpuperf_cli.hlo.compile import optimize
 from tpuperf_cli.hlo.cost import kernel_cost
@@ -56,6 +57,7 @@ def test_sources_are_registered():
     assert source("sweeps") is sweeps.generate
     assert source("heavy") is heavy.generate
     assert source("variants") is variants.generate
+    assert source("indexed") is indexed.generate
 
 
 def test_fusions_records_are_single_kernels_and_deterministic():
@@ -332,6 +334,46 @@ def test_heavy_windows_are_dilated_like_a_frameworks():
     assert not any("feature_group_count" in t or "batch_group_count" in t for t in texts)
     causal = [t for t in texts if "size=2 " in t and "rhs_dilate=8}" in t and "pad=8_0" in t]
     assert causal, "a causal dilated window (WaveNet's form) is among them"
+
+
+# ---------------------------------------------------------------- indexed
+
+def test_indexed_records_are_gathers_and_scatters_of_many_small_slices():
+    first = [r for r in take(indexed.generate(0, [], print), 10) if not isinstance(r, str)]
+    again = [r for r in take(indexed.generate(0, [], print), 10) if not isinstance(r, str)]
+    assert [r[FINGERPRINT] for r in first] == [r[FINGERPRINT] for r in again]
+    assert len(first) == 10
+    for r in first:
+        assert r[SOURCE] == "indexed" and r[PROGRAM] in ("indexed:gather", "indexed:scatter")
+        c = kernel_cost(parse_module(r[HLO], "record"))
+        # many slices, each at most a row of ROW_WIDTH elements
+        assert indexed.SLICES[0] <= c["indexed_slices"] <= indexed.SLICES[1], r[HLO]
+    kinds = {r[PROGRAM] for r in first}
+    assert kinds == {"indexed:gather", "indexed:scatter"}
+    # XLA:CPU's own kernels: a scatter is its wrapped_scatter kLoop fusion
+    assert any("wrapped_scatter" in r["kernel"] for r in first if r[PROGRAM] == "indexed:scatter")
+    assert_one_kernel(first[0])
+
+
+def test_indexed_draws_the_three_forms_within_the_caps():
+    g = ops._Gen(random.Random(0))
+    drawn = [indexed._draw(g) for _ in range(300)]
+    forms = set()
+    for dims, sizes, index_map, n in drawn:
+        moved = 1
+        for s in sizes:
+            moved *= s
+        assert indexed.SLICES[0] <= n <= indexed.SLICES[1]
+        assert n * moved <= indexed.MAX_MOVED or n == indexed.SLICES[0]
+        if index_map == list(range(len(dims))) and len(dims) > 1:
+            forms.add("point")          # one element of a rank-2..4 array
+            assert sizes == [1] * len(dims)
+        elif moved == 1:
+            forms.add("one")            # one element of a [rows] or [rows, 1] table
+        else:
+            forms.add("row")
+            assert indexed.ROW_WIDTH[0] <= moved <= indexed.ROW_WIDTH[1]
+    assert forms == {"one", "row", "point"}
 
 
 def test_ops_source_still_draws_the_committed_corpus():

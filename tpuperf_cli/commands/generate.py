@@ -70,6 +70,14 @@ candidate each):
            filter gradients' whole-input windows; compiled by XLA:CPU first,
            as ops' are. Draws from no programs and never ends. Records:
            program heavy:convolution or heavy:dot.
+  indexed  gathers and scatters of many small slices, as GNN message
+           passing, embeddings, MoE routing and max-pool gradients write
+           them: 256 to 2^20 index tuples (ops draws few), each one element
+           or a row of 2 to 256 of a table of 16 to 2^16 rows, or one
+           element of a rank-2 to rank-4 array; scatters combine with add,
+           maximum or assign; compiled by XLA:CPU first. Draws from no
+           programs and never ends. Records: program indexed:gather or
+           indexed:scatter.
 
 A source whose module this build lacks is refused with "source NAME is
 not available in this build".

@@ -37,6 +37,7 @@ SOURCES = {
     "sweeps": "sweeps",
     "ops": "ops",
     "heavy": "heavy",
+    "indexed": "indexed",
 }
 
 
