@@ -20,8 +20,9 @@ own uncertainty, a floor no model's MAPE can be judged below.
 
 --breakdown adds where the model's error lies, over every test kernel (the
 floor included): kernels grouped by measured size (decades of runtime), by
-kind (the opcode, or the fusion's kind: kLoop, kInput, kOutput), and by family (the
-program's model, its name up to the first "_"), each group with its
+kind (the opcode, or the fusion's kind: kLoop, kInput, kOutput), by family (the
+program's model, its name up to the first "_"), and by the scatter or gather
+a kernel holds (fused or not), each group with its
 kernels, median APE of model and baseline, the median noise of its labels,
 and its share of the test programs' summed absolute error of the
 whole-program estimate (prediction x count against runtime x count).
@@ -163,6 +164,11 @@ SIZE_BANDS = ((0, 5e3, "< 5 us"), (5e3, 50e3, "5-50 us"), (50e3, 500e3, "50-500 
               (500e3, 5e6, "0.5-5 ms"), (5e6, float("inf"), ">= 5 ms"))
 
 
+# ops whose cost goes by index tuples (featurize's indexed_slices): a kernel
+# holding one is grouped by it, fused or not
+INDEXED_OPS = ("scatter", "gather")
+
+
 def kind_of(r):
     """A fusion by its kind (fusion:kLoop...), else the opcode."""
     op = r.get("opcode") or "?"
@@ -202,6 +208,9 @@ def breakdown(records, pred, bpred):
     table("kind (the 12 with most error)", {g: np.asarray(kinds[g]) for g in top}, top)
     fams = metrics.group_indices([str(r["program"]).split("_")[0] for r in records])
     table("family", {g: np.asarray(v) for g, v in fams.items()})
+    held = {op: np.asarray([i for i, r in enumerate(records) if f" {op}(" in (r.get("hlo") or "")],
+                           dtype=int) for op in INDEXED_OPS}
+    table("indexed op held (cost per index tuple)", held, list(INDEXED_OPS))
 
 
 if __name__ == "__main__":
