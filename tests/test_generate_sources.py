@@ -4,6 +4,7 @@ from the example programs rebuilt at other sizes, large convolutions and
 dots, and gathers and scatters of many small slices."""
 
 import itertools
+import math
 import random
 import re
 from pathlib import Path
@@ -360,9 +361,7 @@ def test_indexed_draws_the_three_forms_within_the_caps():
     drawn = [indexed._draw(g) for _ in range(300)]
     forms = set()
     for dims, sizes, index_map, n in drawn:
-        moved = 1
-        for s in sizes:
-            moved *= s
+        moved = math.prod(sizes)
         assert indexed.SLICES[0] <= n <= indexed.SLICES[1]
         assert n * moved <= indexed.MAX_MOVED or n == indexed.SLICES[0]
         if index_map == list(range(len(dims))) and len(dims) > 1:

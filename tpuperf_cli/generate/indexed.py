@@ -8,7 +8,7 @@ scatters of 5 us or more move a median 45 and 56 slices of large windows.
 Programs do the opposite: a GNN layer scatter-adds 8,192 messages of one
 float or one row of 32, a max-pool gradient one element per input
 position. XLA:CPU's scatter loop costs about 3 ns a slice however little
-it moves (featurize's `indexed_slices`), a regime no generated kernel
+it moves (featurize's `indexed_slices`), a regime few generated kernels
 showed the model, which predicted a held-out GNN's scatter of 8,192
 scalars at 0.06x its time (README, "The bundled model").
 
@@ -29,12 +29,20 @@ programs.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Iterator, Sequence
 
 from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.generate import Failed
-from tpuperf_cli.generate.ops import _default_layout, _Gen, _Op, _scalar_comp, compiled_kernels
+from tpuperf_cli.generate.ops import (
+    _assign_comp,
+    _default_layout,
+    _Gen,
+    _Op,
+    _scalar_comp,
+    compiled_kernels,
+)
 from tpuperf_cli.records import Record
 
 SOURCE_NAME = "indexed"
@@ -66,10 +74,7 @@ def _draw(g: _Gen) -> tuple[list[int], list[int], list[int], int]:
             dims = [rows] if g.rand() < 0.5 else [rows, 1]
         sizes = [1] + dims[1:]
         index_map = [0]
-    moved = 1
-    for s in sizes:
-        moved *= s
-    n = min(g.logint(*SLICES), max(SLICES[0], MAX_MOVED // moved))
+    n = min(g.logint(*SLICES), max(SLICES[0], MAX_MOVED // math.prod(sizes)))
     return dims, sizes, index_map, n
 
 
@@ -94,11 +99,8 @@ def _scatter(g: _Gen) -> tuple[str, str]:
     dims, sizes, index_map, n = _draw(g)
     kind = g.choice(SCATTER_COMBINERS)
     op = _Op("scatter")
-    if kind == "assign":
-        op.comps.append(f"%combine (x0: {dt}[], x1: {dt}[]) -> {dt}[] {{\n"
-                        f"  %x0 = {dt}[] parameter(0)\n  ROOT %x1 = {dt}[] parameter(1)\n}}\n")
-    else:
-        op.comps.append(_scalar_comp("combine", dt, kind))
+    op.comps.append(_assign_comp("combine", dt) if kind == "assign"
+                    else _scalar_comp("combine", dt, kind))
     x = op.param(_shape(g, dt, dims))
     i = op.param(_shape(g, "s32", [n, len(index_map)]))
     # jax's form: every slice dim is a window dim, none inserted ([n, 1, w])

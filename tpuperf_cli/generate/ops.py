@@ -184,6 +184,12 @@ def _scalar_comp(name, dt, body_op, nparams=2, out_dt=None):
             f"\n}}\n")
 
 
+def _assign_comp(name, dt):
+    """A scatter combiner that keeps the update (the second operand)."""
+    return (f"%{name} (x0: {dt}[], x1: {dt}[]) -> {dt}[] {{\n"
+            f"  %x0 = {dt}[] parameter(0)\n  ROOT %x1 = {dt}[] parameter(1)\n}}\n")
+
+
 def _reducer(op: _Op, g: _Gen, dt, kinds=None) -> str:
     """Adds a scalar reducer computation; returns its name."""
     if dt == "pred":
@@ -598,8 +604,7 @@ def _scatter(g: _Gen):
     op = _Op("scatter")
     kind = g.choice(("add", "maximum", "assign", "multiply"))
     if kind == "assign":
-        op.comps.append(f"%scatter_assign (x0: {dt}[], x1: {dt}[]) -> {dt}[] {{\n"
-                        f"  %x0 = {dt}[] parameter(0)\n  ROOT %x1 = {dt}[] parameter(1)\n}}\n")
+        op.comps.append(_assign_comp("scatter_assign", dt))
     else:
         op.comps.append(_scalar_comp(f"scatter_{kind}", dt, kind))
     x = op.param(g.shape(dt, dims))

@@ -167,6 +167,12 @@ class _Analysis:
         return size
 
 
+def _scatter_indices(ins) -> int:
+    """The operand number of a scatter's indices: its operands are the
+    inputs, the indices, then as many updates as inputs."""
+    return (len(ins.operands) - 1) // 2
+
+
 def _called(ins):
     name = ins.attrs.get("calls")
     if name is not None:
@@ -366,18 +372,14 @@ def indexed_slices(module: Module, comp) -> int:
         if ins.opcode == "gather":
             k, ivd = 1, attrs.gather_dims(ins.attrs)["index_vector_dim"]
         elif ins.opcode == "scatter":
-            k, ivd = (len(ins.operands) - 1) // 2, attrs.scatter_dims(ins.attrs)["index_vector_dim"]
+            k, ivd = _scatter_indices(ins), attrs.scatter_dims(ins.attrs)["index_vector_dim"]
         else:
             continue
         indices = c.by_name.get(ins.operands[k]) if k < len(ins.operands) else None
         if indices is None or not indices.shape.is_array:
             continue
-        dims = indices.shape.dims
-        n = 1
-        for d, size in enumerate(dims):
-            if d != ivd:      # index_vector_dim == rank: each element is one index
-                n *= size
-        total += n
+        # index_vector_dim == rank: each element is one index
+        total += math.prod(size for d, size in enumerate(indices.shape.dims) if d != ivd)
     return total
 
 
@@ -456,9 +458,7 @@ def _map(an, comp, ins):
 
 def _scatter(an, comp, ins):
     f, t = an._callee(ins, "to_apply")
-    # operands: inputs..., indices, updates... (as many updates as inputs)
-    n_inputs = (len(ins.operands) - 1) // 2
-    updates = an._operand(comp, ins, n_inputs + 1)
+    updates = an._operand(comp, ins, _scatter_indices(ins) + 1)
     n = updates.num_elements()
     return f * n, t * n
 
@@ -568,7 +568,7 @@ def _kernel_bytes(an, comp, ins):
     if op == "gather":
         return out + operands[1].byte_size(), out
     if op == "scatter":
-        n = (len(operands) - 1) // 2
+        n = _scatter_indices(ins)
         upd = sum(s.byte_size() for s in operands[n + 1:])
         return 2 * upd + operands[n].byte_size(), upd
     if op == "triangular-solve":
