@@ -25,6 +25,11 @@ The goal (the measurement issue): median at most 3%, 90th percentile at most
 
 Arguments after `--` go to measure (e.g. --min-time 5ms, --cpus all).
 
+--kernels DIR samples another corpus's shards (*.zst, *.msgpack; say the
+kernels/ of examples/gpu_corpus.py) and --backend times them on another
+backend: on a GPU, `--kernels /tmp/gpu/kernels --backend gpu` gives that
+corpus's noise figures (measure's defaults there: the device's clock).
+
 --reference DIR measures the same sample the same way with the measure of
 another checkout of tpuperf (say `git worktree add /tmp/old aa56be6`, the
 method before this one: min of 3 dispatched runs of 10 ms), with its own
@@ -72,13 +77,17 @@ def band_of(ns):
     return next(label for label, lo, hi in BANDS if lo <= ns < hi)
 
 
-def sample_kernels(per_kind, seed):
+def sample_kernels(per_kind, seed, folder=None):
     """Distinct corpus kernels: up to per_kind of each kind, spread evenly
     over the size bands (by the corpus's runtime)."""
     from tpuperf_cli.stream import read_records
 
     seen, strata = set(), {}
-    for shard in sorted((ROOT / "examples" / "corpus" / "kernels").glob("*.zst")):
+    folder = Path(folder) if folder else ROOT / "examples" / "corpus" / "kernels"
+    shards = sorted(folder.glob("*.zst")) + sorted(folder.glob("*.msgpack"))
+    if not shards:
+        sys.exit(f"bench_measure_noise: no *.zst or *.msgpack shards in {folder}")
+    for shard in shards:
         for r in read_records(str(shard)):
             if "runtime_ns" not in r or r["fingerprint"] in seen:
                 continue
@@ -99,7 +108,7 @@ def sample_kernels(per_kind, seed):
     return picked
 
 
-def run_measure(records, extra, checkout=None):
+def run_measure(records, extra, checkout=None, backend="cpu"):
     """Runtimes by fingerprint, noise by fingerprint, seconds, target."""
     from tpuperf_cli.stream import RecordWriter, read_records
 
@@ -114,7 +123,7 @@ def run_measure(records, extra, checkout=None):
         if checkout:
             env["PYTHONPATH"] = str(Path(checkout).resolve())
         t0 = time.time()
-        p = subprocess.run([sys.executable, "-m", "tpuperf_cli", "measure", "--backend", "cpu",
+        p = subprocess.run([sys.executable, "-m", "tpuperf_cli", "measure", "--backend", backend,
                             "--no-cache", "--no-progress", "-q", *extra, path],
                            capture_output=True, env=env, cwd=checkout or ROOT)
         seconds = time.time() - t0
@@ -152,12 +161,15 @@ def main():
     ap.add_argument("--json", help="also write the figures to this JSON file")
     ap.add_argument("--reference", metavar="DIR",
                     help="another tpuperf checkout whose measure to compare with")
+    ap.add_argument("--kernels", metavar="DIR",
+                    help="sample the shards in DIR (default examples/corpus/kernels)")
+    ap.add_argument("--backend", default="cpu", help="measure --backend (default cpu)")
     ap.add_argument("measure_args", nargs="*", help="after --: options for measure")
     args = ap.parse_args()
 
-    kernels = sample_kernels(args.per_kind, args.seed)
-    a, noise, sec_a, target = run_measure(kernels, args.measure_args)
-    b, _, sec_b, _ = run_measure(kernels[::-1], args.measure_args)
+    kernels = sample_kernels(args.per_kind, args.seed, args.kernels)
+    a, noise, sec_a, target = run_measure(kernels, args.measure_args, backend=args.backend)
+    b, _, sec_b, _ = run_measure(kernels[::-1], args.measure_args, backend=args.backend)
     reference = None
     if args.reference:
         ra, _, rsec_a, _ = run_measure(kernels, [], args.reference)

@@ -1,37 +1,53 @@
 #!/usr/bin/env python3
 """Build a corpus on a machine with an accelerator, in one sitting.
 
-Made for a lent GPU machine (reached with the `device` tool for up to half
-an hour, its own Python with jax 0.11 and CUDA 13, no DGL, no zstandard),
+Made for a lent GPU machine (reached with the `device` tool for minutes at
+a time, its own Python with jax 0.11 and CUDA 13, no DGL, no zstandard),
 and run there from a copy of the checkout:
 
     PYTHONPATH=$PWD python3 examples/gpu_corpus.py --work /tmp/gpu \\
-        --budget 500 --archive $OUT/corpus-gpu.tar.xz
+        --budget 300 --stop 400 --sweeps --archive $OUT/corpus-gpu
 
-Steps, each skipped for what --work already holds (a second call goes on
-where the first stopped, if the machine is still the same):
+Each program is one task, --jobs tasks at a time, each step in its own
+process:
 
-1. programs: the example programs (examples/make_programs.py) compiled by
-   XLA for --backend on this machine, so the kernels are what XLA:GPU
-   makes (its fusions, cuBLAS/cuDNN custom calls, Triton fusions), --jobs
-   compiles at a time, each in its own process: work/hlo/P.hlo;
-2. measure: `hlo-split P.hlo | measure --backend B` per program (the
-   device's clock on GPU and TPU: measure --clock events), --jobs programs
-   at a time, each in its own process (a GPU time-slices processes, so
-   one process's kernels do not overlap another's: CUPTI's durations stay
-   each kernel's own): work/kernels/P.msgpack;
-3. noise: with --noise N, N distinct measured kernels are timed again in
-   another process, in reverse order, and the two runs compared (the
-   median and 90th percentile of |a/b - 1|, the worst ratio);
-4. manifest: work/manifest.json names the device, driver, CUDA and jax
-   versions (the records' target and nvidia-smi), the programs, kernel
-   counts, failures, seconds and the noise figures;
-5. archive: with --archive, one .tar.xz of hlo/, kernels/ and the
-   manifest (the device tool brings back a few files of at most 16 MiB).
+1. compile: an example program (examples/make_programs.py), or with
+   --sweeps one of them at another batch, size or dtype (the grid of
+   `tpuperf generate --source sweeps`, in its seeded order, after the
+   example programs), compiled by XLA for --backend on this machine, so
+   the kernels are what XLA:GPU makes (its fusions, cuBLAS/cuDNN custom
+   calls, Triton fusions): work/hlo/P.hlo and work/hlo/P.json (the spec);
+2. measure: `hlo-split P.hlo | measure --backend B --cpus all` (the
+   device's clock on GPU and TPU: measure --clock events; the measure
+   processes share one cache, so a kernel two programs hold is timed
+   once): work/kernels/P.msgpack.
 
-No new program is started past --budget seconds; work under way finishes.
-Progress goes to stderr. Back home, examples/build_corpus.py-style shards
-come from `tar xf` and `zstd` (the GPU machine has no zstandard).
+The first program runs alone first: if it fails, the set-up is broken (a
+missing package, a parser that does not read this compiler's HLO) and the
+run stops at once with the logs, instead of failing every program. No task
+starts past --budget seconds; at --stop seconds the ones still running are
+stopped and the kernels they measured so far are kept. Each step's stderr
+goes to work/logs/.
+
+Then: manifest: work/manifest.json names the device, driver, CUDA and jax
+versions (the records' target and nvidia-smi), the programs (with their
+family), kernel counts, failures and seconds; archive: with --archive,
+xz archives of hlo/, logs/ and the manifest, and of kernels/ in --parts
+parts (the device tool brings back a few files of at most 16 MiB each). The noise figures come from
+benchmarks/bench_measure_noise.py --kernels work/kernels, run after this.
+Progress goes to stderr.
+
+Back home (the GPU machine has no zstandard), with the archives unpacked
+into one folder W (`tar xJf` each):
+
+    .venv/bin/python examples/gpu_corpus.py --install W --into examples/corpus-gpu \
+        --noise noise.json
+
+writes DIR/kernels/P.zst (each program's measured kernel records) and
+DIR/manifest.json: the machine, the programs (each with its family, and
+`partial` where --stop cut its measuring short: fewer records than
+hlo-split makes of its HLO), the failures by kind and the noise figures of
+bench_measure_noise.py's --json.
 """
 
 from __future__ import annotations
@@ -40,9 +56,11 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -50,6 +68,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 JAX_PLATFORM = {"gpu": "cuda", "tpu": "tpu", "cpu": "cpu"}
+SWEEP_SEED = 0
 
 
 def log(msg):
@@ -63,122 +82,158 @@ def tool(name):
 def environment(backend):
     env = dict(os.environ, JAX_PLATFORMS=JAX_PLATFORM[backend],
                # every process gets the memory it uses, not 75% of the card
-               XLA_PYTHON_CLIENT_PREALLOCATE="false")
+               XLA_PYTHON_CLIENT_PREALLOCATE="false", TF_CPP_MIN_LOG_LEVEL="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     return env
 
 
-def program_names(only):
+def make_programs():
     sys.path.insert(0, str(HERE))
-    from make_programs import all_specs
+    import make_programs as mp
 
-    specs = all_specs()
-    if only:
-        specs = [s for s in specs if s.name in only or s.family in only]
-    return [s.name for s in specs]
+    return mp
 
 
-def build_program(name, work, env):
-    dest = work / "hlo" / f"{name}.hlo"
-    if dest.exists():
-        return name, 0.0, None
+def tasks(only, sweeps):
+    """[(name, point)]: the example programs (point None), then with
+    sweeps the sweep grid's points (program, batch, dtype, k)."""
+    mp = make_programs()
+    specs = [s for s in mp.all_specs() if not only or s.name in only or s.family in only]
+    out = [(s.name, None) for s in specs]
+    if sweeps:
+        from tpuperf_cli.generate.sweeps import sweep_points
+
+        for point in sweep_points([s.name for s in specs], SWEEP_SEED):
+            out.append((mp.sweep_spec(*point).name, list(point)))
+    return out
+
+
+def compile_one(name, point, hlo_dir):
+    """In a child process: compile one program for jax's default backend."""
+    mp = make_programs()
+    mp.setup_jax()
+    spec = mp.sweep_spec(*point) if point else {s.name: s for s in mp.all_specs()}[name]
     t0 = time.time()
-    p = subprocess.run([sys.executable, str(HERE / "make_programs.py"), "--only", name,
-                        "--out", str(work / "hlo"),
-                        "--manifest", str(work / "hlo" / f".{name}.json")],
-                       env=env, capture_output=True, text=True)
-    if p.returncode != 0 or not dest.exists():
-        return name, time.time() - t0, (p.stderr.strip().splitlines() or ["failed"])[-1]
-    return name, time.time() - t0, None
+    text = mp.compile_text(spec)
+    (hlo_dir / f"{name}.hlo").write_text(text)
+    (hlo_dir / f"{name}.json").write_text(json.dumps({
+        "name": name, "family": spec.family, "size": spec.size, "mode": spec.mode,
+        "batch": spec.batch, "dtype": spec.dtype, "variant": spec.variant,
+        "sweep_of": point[0] if point else None, "k": point[3] if point else 1,
+        "compile_seconds": round(time.time() - t0, 2),
+        "max_elements": mp.max_elements(text)}) + "\n")
 
 
-def measure_program(name, work, backend, env, extra):
-    dest = work / "kernels" / f"{name}.msgpack"
-    if dest.exists():
-        return name, 0.0, None
-    t0 = time.time()
-    tmp = dest.with_suffix(".tmp")
-    with open(tmp, "wb") as out:
-        split = subprocess.Popen(tool("hlo-split") + ["-p", name, str(work / "hlo" / f"{name}.hlo")],
-                                 stdout=subprocess.PIPE, env=env)
-        meas = subprocess.run(tool("measure") + ["--backend", backend, "--no-progress",
-                                                 "--cache-dir", str(work / "cache")] + extra,
-                              stdin=split.stdout, stdout=out, stderr=subprocess.PIPE,
-                              env=env, text=True)
-        split.stdout.close()
-    if split.wait() != 0 or meas.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        return name, time.time() - t0, (meas.stderr.strip().splitlines() or ["failed"])[-1]
-    os.replace(tmp, dest)
-    return name, time.time() - t0, None
+class Runner:
+    """Runs the child processes of the tasks; stop() kills them all."""
+
+    def __init__(self, work, backend, extra, stop_at):
+        self.work, self.backend, self.extra, self.stop_at = work, backend, extra, stop_at
+        self.env = environment(backend)
+        self.procs, self.lock, self.stopped = set(), threading.Lock(), False
+
+    def _start(self, cmd, **kw):
+        with self.lock:
+            if self.stopped:
+                return None
+            p = subprocess.Popen(cmd, env=self.env, start_new_session=True, **kw)
+            self.procs.add(p)
+            return p
+
+    def _done(self, *procs):
+        with self.lock:
+            self.procs.difference_update(procs)
+
+    def stop(self):
+        with self.lock:
+            self.stopped = True
+            for p in self.procs:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+    def build(self, name, point):
+        hlo = self.work / "hlo" / f"{name}.hlo"
+        if hlo.exists():
+            return None
+        errlog = self.work / "logs" / f"{name}.compile.err"
+        with open(errlog, "w") as err:
+            p = self._start([sys.executable, str(Path(__file__).resolve()), "--work",
+                             str(self.work), "--compile-one", json.dumps([name, point])],
+                            stdout=err, stderr=err)
+            if p is None:
+                return "stopped"
+            try:
+                p.wait(timeout=max(1.0, self.stop_at - time.time()))
+            except subprocess.TimeoutExpired:
+                self.stop()
+                p.wait()
+            self._done(p)
+        if p.returncode != 0 or not hlo.exists():
+            hlo.unlink(missing_ok=True)
+            return "compile: " + last_line(errlog)
+        return None
+
+    def measure(self, name):
+        dest = self.work / "kernels" / f"{name}.msgpack"
+        if dest.exists():
+            return None
+        tmp = dest.with_suffix(".tmp")
+        errlog = self.work / "logs" / f"{name}.measure.err"
+        with open(tmp, "wb") as out, open(errlog, "w") as err:
+            split = self._start(tool("hlo-split") + ["-p", name, str(self.work / "hlo" / f"{name}.hlo")],
+                                stdout=subprocess.PIPE, stderr=err)
+            if split is None:
+                return "stopped"
+            meas = self._start(tool("measure") + ["--backend", self.backend, "--no-progress",
+                                                  "--cache-dir", str(self.work / "cache")]
+                               + self.extra, stdin=split.stdout, stdout=out, stderr=err)
+            split.stdout.close()
+            if meas is None:
+                split.kill()
+                split.wait()
+                return "stopped"
+            meas.wait()
+            split.wait()
+            self._done(split, meas)
+        if split.returncode != 0 or meas.returncode != 0:
+            kept = salvage(tmp, dest)
+            why = "split" if split.returncode != 0 else "measure"
+            if self.stopped:
+                return f"stopped at --stop ({kept} kernels kept)" if kept else "stopped at --stop"
+            return f"{why}: " + last_line(errlog)
+        os.replace(tmp, dest)
+        return None
 
 
-def run_all(fn, names, jobs, deadline, what):
-    """fn(name) for each name, jobs at a time, none started past deadline."""
-    done, failed = {}, {}
+def last_line(path):
+    lines = [x for x in Path(path).read_text(errors="replace").splitlines() if x.strip()]
+    return lines[-1][:300] if lines else "failed, no message"
 
-    def one(name):
-        if time.time() > deadline:
-            return name, None, "budget"
-        return fn(name)
 
-    with ThreadPoolExecutor(jobs) as pool:
-        for name, seconds, error in pool.map(one, names):
-            if error == "budget":
-                continue
-            if error:
-                failed[name] = error
-                log(f"{what} {name}: {error}")
-            else:
-                done[name] = seconds
-                if seconds:
-                    log(f"{what} {name}: {seconds:.1f}s")
-    return done, failed
+def salvage(tmp, dest):
+    """Keep the whole records of a stopped measure's output; how many."""
+    from tpuperf_cli.stream import RecordWriter, read_records
+
+    records = []
+    try:
+        for r in read_records(str(tmp)):
+            records.append(r)
+    except Exception:
+        pass          # the record cut off by the kill, and nothing after it
+    tmp.unlink(missing_ok=True)
+    if records:
+        with RecordWriter(str(dest)) as w:
+            for r in records:
+                w.write(r)
+    return len(records)
 
 
 def read(path):
     from tpuperf_cli.stream import read_records
 
     return list(read_records(str(path)))
-
-
-def noise(work, backend, env, count, extra):
-    """Time `count` distinct measured kernels again (reversed, no cache)
-    and compare with the first run."""
-    from tpuperf_cli.stream import RecordWriter
-
-    first = {}
-    for shard in sorted((work / "kernels").glob("*.msgpack")):
-        for r in read(shard):
-            if r.get("runtime_ns") and r.get("fingerprint") not in first:
-                first[r["fingerprint"]] = r
-    picked = list(first.values())[:count]
-    if not picked:
-        return None
-    again_in = work / "noise-in.msgpack"
-    with RecordWriter(str(again_in)) as w:
-        for r in reversed(picked):
-            w.write({k: v for k, v in r.items() if k not in ("runtime_ns", "runs", "noise",
-                                                              "target", "error")})
-    t0 = time.time()
-    p = subprocess.run(tool("measure") + ["--backend", backend, "--no-cache", "--no-progress",
-                                          str(again_in)] + extra,
-                       env=env, capture_output=True)
-    if p.returncode != 0:
-        return {"error": p.stderr.decode()[-300:]}
-    import io
-
-    from tpuperf_cli.stream import read_records
-
-    second = {r["fingerprint"]: r for r in read_records(io.BytesIO(p.stdout)) if r.get("runtime_ns")}
-    ratios = sorted(first[f]["runtime_ns"] / second[f]["runtime_ns"] for f in second)
-    if not ratios:
-        return None
-    spread = sorted(abs(x - 1) for x in ratios)
-    return {"kernels": len(ratios), "median": spread[len(spread) // 2],
-            "p90": spread[int(0.9 * (len(spread) - 1))],
-            "max_ratio": max(max(ratios), 1 / min(ratios)),
-            "median_ratio": ratios[len(ratios) // 2], "seconds": round(time.time() - t0, 1)}
 
 
 def machine():
@@ -188,10 +243,10 @@ def machine():
         return {}
     out = {}
     try:
-        q = subprocess.run([smi, "--query-gpu=name,driver_version,memory.total",
+        q = subprocess.run([smi, "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
                             "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
-        name, driver, memory = [x.strip() for x in q.stdout.splitlines()[0].split(",")]
-        out.update(gpu=name, driver=driver, memory=memory)
+        name, driver, memory, clock = [x.strip() for x in q.stdout.splitlines()[0].split(",")]
+        out.update(gpu=name, driver=driver, memory=memory, max_sm_clock=clock)
         head = subprocess.run([smi], capture_output=True, text=True, timeout=30).stdout
         if "CUDA Version:" in head:
             out["cuda"] = head.split("CUDA Version:")[1].split()[0]
@@ -200,12 +255,14 @@ def machine():
     return out
 
 
-def manifest(work, names, built, measured, failures, noise_figures, seconds):
+def manifest(work, names, failures, seconds):
     programs, target, total, distinct = [], None, 0, set()
     for name in names:
+        spec_file = work / "hlo" / f"{name}.json"
         shard = work / "kernels" / f"{name}.msgpack"
         if not shard.exists():
             continue
+        spec = json.loads(spec_file.read_text()) if spec_file.exists() else {"name": name}
         records = read(shard)
         ok = [r for r in records if r.get("runtime_ns")]
         target = target or next((r["target"] for r in ok if r.get("target")), None)
@@ -216,63 +273,159 @@ def manifest(work, names, built, measured, failures, noise_figures, seconds):
             if "error" in r:
                 kind = str(r["error"]).split(":")[0]
                 errors[kind] = errors.get(kind, 0) + 1
-        programs.append({"name": name, "kernels": len(records), "measured": len(ok),
-                         "failed": errors, "measure_seconds": measured.get(name),
-                         "compile_seconds": built.get(name)})
+        programs.append({**spec, "kernels": len(records), "measured": len(ok), "failed": errors,
+                         "partial": name in failures})
     import jax
 
     doc = {"built_by": "examples/gpu_corpus.py", "target": target, "machine": machine(),
-           "jax": jax.__version__, "programs": programs, "kernels": total,
-           "distinct_measured": len(distinct), "failures": failures,
-           "noise": noise_figures, "seconds": seconds}
+           "jax": jax.__version__, "python": sys.version.split()[0], "programs": programs,
+           "kernels": total, "distinct_measured": len(distinct), "failures": failures,
+           "seconds": seconds}
     (work / "manifest.json").write_text(json.dumps(doc, indent=1) + "\n")
     return doc
+
+
+def archive(work, prefix, parts):
+    """PREFIX-meta.tar.xz (the manifest, hlo/, logs/) and the kernel shards
+    in `parts` archives PREFIX-kernels-I.tar.xz (the device tool brings
+    back files of at most 16 MiB), compressed in parallel."""
+    shards = sorted((work / "kernels").glob("*.msgpack"))
+    Path(prefix).parent.mkdir(parents=True, exist_ok=True)
+    jobs = [(f"{prefix}-meta.tar.xz", [work / "manifest.json", work / "hlo", work / "logs"])]
+    jobs += [(f"{prefix}-kernels-{i}.tar.xz", shards[i::parts]) for i in range(parts)]
+
+    def write(job):
+        path, members = job
+        with tarfile.open(path, "w:xz", preset=3) as tar:
+            for m in members:
+                if m.exists():
+                    tar.add(m, arcname=str(m.relative_to(work)),
+                            filter=lambda info: None if info.name.endswith(".tmp") else info)
+        return path
+
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        for path in pool.map(write, jobs):
+            log(f"wrote {path} ({os.path.getsize(path) / 2**20:.1f} MiB)")
+
+
+def install(work, into, noise_json=None):
+    """The unpacked archives in `work` as a corpus folder `into` (see the
+    module docstring)."""
+    from tpuperf_cli.hlo.parser import parse_module
+    from tpuperf_cli.hlo.split import kernel_records
+    from tpuperf_cli.stream import RecordWriter
+
+    doc = json.loads((work / "manifest.json").read_text())
+    (into / "kernels").mkdir(parents=True, exist_ok=True)
+    failed, distinct, measured = {}, set(), 0
+    for p in doc["programs"]:
+        records = read(work / "kernels" / f"{p['name']}.msgpack")
+        hlo = work / "hlo" / f"{p['name']}.hlo"
+        whole = sum(1 for _ in kernel_records(parse_module(hlo.read_text(), str(hlo)), p["name"]))
+        p["partial"] = len(records) < whole
+        p["kernels_in_program"] = whole
+        with RecordWriter(str(into / "kernels" / f"{p['name']}.zst"), compress=True, level=19) as w:
+            for r in records:
+                w.write(r)
+        for r in records:
+            if r.get("runtime_ns"):
+                measured += 1
+                distinct.add(r["fingerprint"])
+            else:
+                kind = str(r.get("error", "none")).split(":")[0]
+                failed[kind] = failed.get(kind, 0) + 1
+    doc.update(kernels=sum(p["kernels"] for p in doc["programs"]), measured=measured,
+               distinct_measured=len(distinct), failed_kernels=failed,
+               partial_programs=sorted(p["name"] for p in doc["programs"] if p["partial"]))
+    doc.pop("failures", None)     # per run; `partial` says what --stop cut short
+    if noise_json:
+        doc["measurement_noise"] = json.loads(Path(noise_json).read_text())
+    doc["installed_by"] = "examples/gpu_corpus.py --install"
+    (into / "manifest.json").write_text(json.dumps(doc, indent=1) + "\n")
+    log(f"{into}: {len(doc['programs'])} programs, {doc['kernels']} kernel records, "
+        f"{measured} measured ({len(distinct)} distinct), failed {failed}, "
+        f"{len(doc['partial_programs'])} partial")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("\n\n", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--work", required=True, help="folder for hlo/, kernels/, the manifest")
+    ap.add_argument("--work", help="folder for hlo/, kernels/, logs/, the manifest")
     ap.add_argument("--backend", default="gpu", choices=sorted(JAX_PLATFORM))
     ap.add_argument("--only", nargs="+", help="these programs or families only")
-    ap.add_argument("--jobs", type=int, default=8, help="processes at a time (default 8)")
-    ap.add_argument("--budget", type=float, default=480,
-                    help="seconds after which no new program is started (default 480)")
-    ap.add_argument("--noise", type=int, default=0, metavar="N",
-                    help="time N distinct kernels a second time and compare")
+    ap.add_argument("--sweeps", action="store_true",
+                    help="after the example programs, the sweep grid's points of them")
+    ap.add_argument("--jobs", type=int, default=8, help="programs at a time (default 8)")
+    ap.add_argument("--budget", type=float, default=300,
+                    help="seconds after which no program is started (default 300)")
+    ap.add_argument("--stop", type=float, default=None,
+                    help="seconds after which running programs are stopped, their measured "
+                         "kernels kept (default: --budget + 120)")
     ap.add_argument("--samples", type=int, default=15, help="measure --samples")
-    ap.add_argument("--archive", help="write hlo/, kernels/ and manifest.json to this .tar.xz")
+    ap.add_argument("--archive", metavar="PREFIX",
+                    help="write PREFIX-meta.tar.xz (the manifest, hlo/, logs/) and "
+                         "PREFIX-kernels-I.tar.xz (kernels/, in --parts parts)")
+    ap.add_argument("--parts", type=int, default=4, help="kernel archives (default 4)")
+    ap.add_argument("--install", metavar="W",
+                    help="write the unpacked archives in W as a corpus folder (--into)")
+    ap.add_argument("--into", default=str(HERE / "corpus-gpu"),
+                    help="with --install: the corpus folder (default examples/corpus-gpu)")
+    ap.add_argument("--noise", metavar="JSON",
+                    help="with --install: bench_measure_noise.py's --json for the manifest")
+    ap.add_argument("--compile-one", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
 
-    t0 = time.time()
-    deadline = t0 + a.budget
+    if a.install:
+        install(Path(a.install), Path(a.into), a.noise)
+        return 0
+    if not a.work:
+        ap.error("--work is required (or --install)")
     work = Path(a.work)
-    (work / "hlo").mkdir(parents=True, exist_ok=True)
-    (work / "kernels").mkdir(parents=True, exist_ok=True)
-    env = environment(a.backend)
-    names = program_names(set(a.only or ()))
-    extra = ["--samples", str(a.samples)]
-    log(f"{len(names)} programs, backend {a.backend}, {a.jobs} at a time, "
-        f"budget {a.budget:.0f}s")
-    built, failed_build = run_all(lambda n: build_program(n, work, env), names, a.jobs,
-                                  deadline, "compile")
-    ready = [n for n in names if (work / "hlo" / f"{n}.hlo").exists()]
-    measured, failed_measure = run_all(lambda n: measure_program(n, work, a.backend, env, extra),
-                                       ready, a.jobs, deadline, "measure")
-    noise_figures = noise(work, a.backend, env, a.noise, extra) if a.noise else None
-    doc = manifest(work, names, built, measured, {**failed_build, **failed_measure},
-                   noise_figures, round(time.time() - t0, 1))
+    if a.compile_one:
+        name, point = json.loads(a.compile_one)
+        compile_one(name, point, work / "hlo")
+        return 0
+    t0 = time.time()
+    for sub in ("hlo", "kernels", "logs"):
+        (work / sub).mkdir(parents=True, exist_ok=True)
+    todo = tasks(set(a.only or ()), a.sweeps)
+    extra = ["--samples", str(a.samples), "--cpus", "all"]
+    runner = Runner(work, a.backend, extra, t0 + (a.stop or a.budget + 120))
+    timer = threading.Timer(max(0.0, runner.stop_at - time.time()), runner.stop)
+    timer.daemon = True
+    timer.start()
+    failures = {}
+
+    def one(task):
+        name, point = task
+        if time.time() > t0 + a.budget or runner.stopped:
+            return name, "budget"
+        started = time.time()
+        why = runner.build(name, point) or runner.measure(name)
+        if why:
+            failures[name] = why
+            log(f"{name}: {why}")
+        else:
+            log(f"{name}: {time.time() - started:.1f}s (at {time.time() - t0:.0f}s)")
+        return name, why
+
+    log(f"{len(todo)} programs, backend {a.backend}, {a.jobs} at a time, budget {a.budget:.0f}s")
+    first, why = one(todo[0])
+    ok = not why and (work / "kernels" / f"{first}.msgpack").exists() and any(
+        r.get("runtime_ns") for r in read(work / "kernels" / f"{first}.msgpack"))
+    if not ok:
+        log(f"the first program failed ({why or 'no kernel timed'}): stopping; see {work}/logs")
+    else:
+        with ThreadPoolExecutor(a.jobs) as pool:
+            list(pool.map(one, todo[1:]))
+    timer.cancel()
+    doc = manifest(work, [n for n, _ in todo], failures, round(time.time() - t0, 1))
     log(f"{len(doc['programs'])} programs measured, {doc['kernels']} kernels, "
-        f"{doc['distinct_measured']} distinct measured; noise {noise_figures}")
+        f"{doc['distinct_measured']} distinct measured, in {doc['seconds']:.0f}s")
     if a.archive:
-        with tarfile.open(a.archive, "w:xz") as tar:
-            for sub in ("hlo", "kernels", "manifest.json"):
-                tar.add(work / sub, arcname=sub,
-                        filter=lambda info: None if info.name.endswith((".tmp", ".json"))
-                        and info.name != "manifest.json" else info)
-        log(f"wrote {a.archive} ({os.path.getsize(a.archive) / 2**20:.1f} MiB)")
-    return 0
+        archive(work, a.archive, a.parts)
+    return 0 if ok else 3
 
 
 if __name__ == "__main__":

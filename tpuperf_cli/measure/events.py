@@ -37,6 +37,12 @@ _CPU_RUNTIME = ("ThunkExecutor", "ThreadpoolListener", "end: ", "Wait for", "wai
                 "PjitFunction", "ParseArguments", ANNOTATION)
 
 
+# Lines a GPU plane may hold beside its streams, summaries of their events.
+_GPU_DERIVED = frozenset({"XLA Ops", "XLA Modules", "Steps", "Launch Stats", "TensorFlow Ops",
+                          "Framework Ops", "Source code", "TensorFlow Name Scope",
+                          "XLA TraceMe", "Async XLA Ops"})
+
+
 @dataclass
 class Event:
     name: str
@@ -166,9 +172,12 @@ def kernel_events(planes: Sequence[Plane], platform: str,
     keeps those only)."""
     out = []
     for plane in planes:
+        # CUPTI's lines are named "Stream #N(...)"; a GPU plane without such
+        # lines (another profiler's naming) keeps all but the derived ones
+        streams = any(line.name.startswith("Stream") for line in plane.lines)
         for line in plane.lines:
             if platform == "gpu" and plane.name.startswith("/device:GPU"):
-                keep = line.name.startswith("Stream")
+                keep = line.name.startswith("Stream") if streams else line.name not in _GPU_DERIVED
             elif platform == "tpu" and plane.name.startswith("/device:TPU"):
                 keep = line.name == "XLA Ops"
             else:
@@ -220,10 +229,20 @@ def call_samples(planes: Sequence[Plane], platform: str, keys: Sequence[str], ca
         groups = split_calls(inside, calls)
         if not groups:
             out[key] = (f"{len(inside)} device event(s) for {calls} calls: the profile "
-                        f"did not record the kernel's work")
+                        f"did not record the kernel's work ({_layout(planes)})")
             continue
         out[key] = [sum(e.duration_ns for e in g) for g in groups]
     return out
+
+
+def _layout(planes: Sequence[Plane], limit: int = 6) -> str:
+    """The profile's planes and lines, briefly: what an error about
+    missing events can show."""
+    parts = []
+    for plane in planes[:limit]:
+        lines = ", ".join(f"{line.name}: {len(line.events)}" for line in plane.lines[:limit])
+        parts.append(f"{plane.name} [{lines}]")
+    return "planes " + "; ".join(parts) if parts else "no planes"
 
 
 class Session:
