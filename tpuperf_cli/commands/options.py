@@ -54,11 +54,16 @@ def format_option(choices, default, help="Output format."):
 
 def resolve_model(path):
     """A --model value as a path: `default` and `bundled` are the bundled
+    model, and the name of another bundled model (gpu-nvidia-h200) is that
     model (unless a file of that name is in the working directory)."""
     if path in ("default", "bundled") and not os.path.exists(path):
         from tpuperf_cli.model import default_model_path
 
         return default_model_path()
+    if not os.path.exists(path):
+        from tpuperf_cli.model.calibrated import bundled_model
+
+        return bundled_model(path) or path
     return path
 
 

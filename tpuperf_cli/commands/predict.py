@@ -20,9 +20,11 @@ from tpuperf_cli.commands.options import (
 
 @click.command("predict", context_settings=CONTEXT)
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
-@model_option(help="Model file from `tpuperf train`; `bundled` is the bundled model. Default "
-                   "(or `default`): the model `tpuperf calibrate` wrote for the records' "
-                   "target (this machine's, for records not measured), else the bundled model.")
+@model_option(help="Model file from `tpuperf train`, or a bundled model's name (`bundled`: the "
+                   "CPU model; gpu-nvidia-h200: the NVIDIA H200's). Default (or `default`): the "
+                   "model `tpuperf calibrate` wrote for the records' target (this machine's, for "
+                   "records not measured), else the model bundled for that target, else the "
+                   "bundled CPU model.")
 @click.option("--batch-size", cls=AliasOption, hidden_aliases=["-b"], type=click.IntRange(1),
               default=512, show_default=True, help="Graphs predicted together.")
 @output_option(help="Write records here (.zst: compressed) instead of stdout.")
@@ -58,9 +60,13 @@ def cli(files, model, batch_size, output, device, threads, engine, show_model, q
     the records' target (the target of the first record; for records not
     measured, this machine's CPU as `measure` describes it by default) in
     $XDG_DATA_HOME/tpuperf/models/, and says so on stderr; when there is
-    none, the model bundled with tpuperf: trained on kernels of example JAX
-    programs measured with XLA:CPU (see `predict --show-model`). Its
-    figures are for that machine: calibrate one for yours (`tpuperf
+    none, a model bundled with tpuperf for the records' target: today one,
+    gpu-nvidia-h200, trained on kernels of the example JAX programs that
+    XLA:GPU compiled and CUPTI timed on an NVIDIA H200 (records measured
+    there choose it; for records not measured, name it: --model
+    gpu-nvidia-h200); else the bundled CPU model: trained on kernels of
+    example JAX programs measured with XLA:CPU (see `predict --show-model`).
+    Its figures are for that machine: calibrate one for yours (`tpuperf
     calibrate --help`) or train your own (`tpuperf train --help`). When the
     records carry a measurement target (from measure) other than the
     model's, predict warns once on stderr.

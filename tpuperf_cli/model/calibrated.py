@@ -8,8 +8,10 @@ so finding the model of a target reads no model file (and imports no torch).
 The default model (predict without --model, `--model default`) is the
 calibrated model whose target is that of the records (records.target_identity),
 or, for records not measured, that of this machine as `measure` would
-describe it with its default settings (--cpus 1, the process clock); the
-bundled model when there is none. Describing this machine reads /proc and
+describe it with its default settings (--cpus 1, the process clock); else
+a model bundled for the records' target (tpuperf_cli/data/NAME.pt with its
+NAME.target.json, e.g. the model of an NVIDIA H200); else the bundled CPU
+model, default.pt. Describing this machine reads /proc and
 sysfs only: no jax. On a GPU or TPU host the machine cannot be described
 without its runtime, so there the default follows measured records only.
 """
@@ -88,15 +90,42 @@ def find_calibrated(target: dict | None, directory: str | None = None) -> str | 
     return max(found)[1] if found else None
 
 
+def bundled_dir() -> str:
+    """Where the bundled models are (tpuperf_cli/data)."""
+    from tpuperf_cli.model import default_model_path
+
+    return os.path.dirname(default_model_path())
+
+
+def bundled_model(name: str) -> str | None:
+    """The bundled model file named `name` (gpu-nvidia-h200 or
+    gpu-nvidia-h200.pt), or None."""
+    stem = name[:-3] if name.endswith(".pt") else name
+    if not stem or os.sep in stem or "/" in stem:
+        return None
+    path = os.path.join(bundled_dir(), stem + ".pt")
+    return path if os.path.isfile(path) else None
+
+
+def bundled_names() -> list[str]:
+    """The names of the bundled models (file stems), default first."""
+    stems = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(bundled_dir(), "*.pt")))
+    return sorted(stems, key=lambda s: s != "default")
+
+
 def default_choice(records_target: dict | None = None) -> tuple[str, str]:
     """(path, why) of the default model: the calibrated model of the records'
-    target (or of this machine, for records without one), else the bundled one."""
+    target (or of this machine, for records without one), else the model
+    bundled for the records' target, else the bundled CPU model."""
     from tpuperf_cli.model import default_model_path
 
     if isinstance(records_target, dict):
         path = find_calibrated(records_target)
         if path:
             return path, "calibrated for the records' target"
+        path = find_calibrated(records_target, bundled_dir())
+        if path:
+            return path, "bundled for the records' target"
         return default_model_path(), "the bundled model; no calibrated model for the records' target"
     if not glob.glob(os.path.join(models_dir(), "*" + SIDECAR)):
         # no calibrated model at all: describing this machine (and importing

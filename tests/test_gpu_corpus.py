@@ -1,0 +1,131 @@
+"""The GPU corpus (examples/corpus-gpu) as data, the HLO that XLA:GPU wrote
+as hlo-split's input, the bundled GPU model's choice by target, and
+examples/gpu_corpus.py's logic on CPU (CI has no GPU)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tpuperf_cli.hlo.parser import parse_module
+from tpuperf_cli.hlo.split import kernel_records
+from tpuperf_cli.measure.device import lower_quartile
+from tpuperf_cli.records import target_identity
+from tpuperf_cli.stream import RecordWriter, read_records
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "examples" / "corpus-gpu"
+DATA = Path(__file__).resolve().parent / "data" / "hlo"
+MANIFEST = json.loads((CORPUS / "manifest.json").read_text())
+
+
+def split(name):
+    path = DATA / f"xla_gpu_{name}.hlo"
+    return list(kernel_records(parse_module(path.read_text(), str(path)), name))
+
+
+def test_hlo_that_xla_gpu_wrote_splits_into_the_corpus_kernels():
+    # the same program text the corpus was split from, on the H200
+    kernels = split("mlp_s_train")
+    shard = list(read_records(str(CORPUS / "kernels" / "mlp_s_train.zst")))
+    assert [k["fingerprint"] for k in kernels] == [r["fingerprint"] for r in shard]
+    kinds = {k.get("fusion_kind") for k in kernels}
+    assert {"kCustom", "kLoop", "kInput"} <= kinds          # Triton gemm fusions among them
+    assert any("__triton" in k["hlo"] for k in kernels if k.get("fusion_kind") == "kCustom")
+
+
+def test_cudnn_convolutions_are_kernels_of_their_own():
+    kernels = split("cnn_s_train")
+    convs = [k for k in kernels if k["opcode"] == "custom-call"]
+    assert convs and all('custom_call_target="__cudnn$conv' in k["hlo"] for k in convs)
+    shard = list(read_records(str(CORPUS / "kernels" / "cnn_s_train.zst")))
+    assert len(shard) == len(kernels)
+
+
+def test_the_manifest_names_the_gpu_and_its_software():
+    target, machine = MANIFEST["target"], MANIFEST["machine"]
+    assert target["platform"] == "gpu" and target["clock"] == "events"
+    assert target["device_kind"] == machine["gpu"] == "NVIDIA H200"
+    assert machine["driver"] and machine["cuda"] and MANIFEST["jax"] == target["jax"]
+    noise = MANIFEST["measurement_noise"]
+    assert noise["kernels"] > 0 and 0 <= noise["median"] <= noise["p90"]
+    assert target_identity(noise["target"]) == target_identity(target)
+
+
+def test_every_shard_is_what_the_manifest_says():
+    shards = sorted(p.stem for p in (CORPUS / "kernels").glob("*.zst"))
+    assert shards == sorted(p["name"] for p in MANIFEST["programs"])
+    want = target_identity(MANIFEST["target"])
+    measured, distinct = 0, set()
+    for p in MANIFEST["programs"]:
+        records = list(read_records(str(CORPUS / "kernels" / f"{p['name']}.zst")))
+        assert len(records) == p["kernels"] <= p["kernels_in_program"]
+        assert p["partial"] == (p["kernels"] < p["kernels_in_program"])
+        assert {r["program"] for r in records} == {p["name"]}
+        ok = [r for r in records if r.get("runtime_ns")]
+        assert len(ok) == p["measured"]
+        for r in ok:
+            assert target_identity(r["target"]) == want
+            assert r["runtime_ns"] == lower_quartile(r["runs"]) and len(r["runs"]) == 15
+            distinct.add(r["fingerprint"])
+        assert all(r.get("error") for r in records if not r.get("runtime_ns"))
+        measured += len(ok)
+    assert measured == MANIFEST["measured"] and len(distinct) == MANIFEST["distinct_measured"]
+    assert sorted(n for n in MANIFEST["partial_programs"]) == sorted(
+        p["name"] for p in MANIFEST["programs"] if p["partial"])
+
+
+def test_records_of_the_h200_choose_the_bundled_gpu_model(tmp_path, monkeypatch):
+    from tpuperf_cli.commands.options import resolve_model
+    from tpuperf_cli.model.calibrated import bundled_names, default_choice
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))      # no calibrated models
+    path, why = default_choice(MANIFEST["target"])
+    assert Path(path).name == "gpu-nvidia-h200.pt" and why == "bundled for the records' target"
+    assert resolve_model("gpu-nvidia-h200") == path
+    assert bundled_names()[0] == "default" and "gpu-nvidia-h200" in bundled_names()
+    cpu_target = dict(MANIFEST["target"], platform="cpu", device_kind="cpu")
+    assert Path(default_choice(cpu_target)[0]).name == "default.pt"
+
+
+def test_salvage_keeps_the_whole_records_of_a_stopped_measure(tmp_path):
+    sys.path.insert(0, str(ROOT / "examples"))
+    import gpu_corpus
+
+    tmp, dest = tmp_path / "p.tmp", tmp_path / "p.msgpack"
+    with RecordWriter(str(tmp)) as w:
+        for i in range(3):
+            w.write({"type": "kernel", "index": i, "hlo": "x" * 100})
+    tmp.write_bytes(tmp.read_bytes()[:-40])          # killed while writing the third
+    assert gpu_corpus.salvage(tmp, dest) == 2 and not tmp.exists()
+    assert [r["index"] for r in read_records(str(dest))] == [0, 1]
+
+
+def test_gpu_corpus_builds_and_installs_a_program_on_cpu(tmp_path):
+    work, into = tmp_path / "work", tmp_path / "corpus"
+    script = str(ROOT / "examples" / "gpu_corpus.py")
+    p = subprocess.run([sys.executable, script, "--work", str(work), "--backend", "cpu",
+                        "--only", "mlp_s_train", "--jobs", "1", "--samples", "3",
+                        "--archive", str(tmp_path / "out" / "c"), "--parts", "2"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "mlp_s_train: " in p.stderr and "1 programs measured" in p.stderr
+    assert sorted(f.name for f in (tmp_path / "out").iterdir()) == [
+        "c-kernels-0.tar.xz", "c-kernels-1.tar.xz", "c-meta.tar.xz"]
+    p = subprocess.run([sys.executable, script, "--install", str(work), "--into", str(into)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads((into / "manifest.json").read_text())
+    (prog,) = doc["programs"]
+    assert prog["name"] == "mlp_s_train" and prog["family"] == "mlp" and not prog["partial"]
+    assert doc["target"]["platform"] == "cpu" and doc["measured"] == prog["measured"] > 0
+    assert len(list(read_records(str(into / "kernels" / "mlp_s_train.zst")))) == prog["kernels"]
+
+
+@pytest.mark.parametrize("argv", [["--backend", "cpu"], []])
+def test_gpu_corpus_needs_a_work_folder(argv):
+    p = subprocess.run([sys.executable, str(ROOT / "examples" / "gpu_corpus.py"), *argv],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "--work is required" in p.stderr
