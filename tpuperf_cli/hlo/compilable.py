@@ -10,7 +10,11 @@ CHECK, not an error), and a bitcast gets the wrong layout attributes. So
   (renamed apart; the fused root takes the fusion's name), nested fusions
   too, and XLA's pipeline fuses the plain ops again;
 * turns bitcasts into reshapes (after layout assignment a bitcast is a
-  reshape that moves no data; values do not matter for timing).
+  reshape that moves no data; values do not matter for timing);
+* turns XLA:GPU's cuDNN convolution custom calls back into the plain
+  convolutions (with bias and relu) they stand for, which XLA:GPU hands
+  to cuDNN again (below: their window and dim_labels do not survive
+  StableHLO).
 
 `timing_module` then puts the kernel inside a while loop that runs it `n`
 times in one executable call, `n` being a parameter of the executable:
@@ -29,8 +33,10 @@ neither Python nor the PJRT dispatch in it.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 
+from tpuperf_cli.hlo import attrs as A
 from tpuperf_cli.hlo.ir import Instruction, Shape
 from tpuperf_cli.hlo.parser import parse_module
 from tpuperf_cli.hlo.split import _closure, _print_computation, _signature
@@ -72,12 +78,175 @@ def _plain(ins):
     return dataclasses.replace(ins, opcode="reshape") if ins.opcode == "bitcast" else ins
 
 
+# ---------------------------------------------------------------- cuDNN
+# XLA:GPU's optimized HLO holds convolutions as custom calls to cuDNN whose
+# window and dim_labels are HLO attributes StableHLO has no place for:
+# compiled alone through StableHLO they lose them, and XLA aborts (every
+# one of the GPU corpus's 1,159). They go back to the convolutions they
+# stand for, in the form JAX's gradient rules write them (so XLA:GPU's
+# conv rewriter makes the same cuDNN call of them again): the forward
+# window and dim_labels are the custom call's, the operands (input,
+# filter), (output gradient, filter) and (input, output gradient).
+_CUDNN = ("__cudnn$convForward", "__cudnn$convBiasActivationForward",
+          "__cudnn$convBackwardInput", "__cudnn$convBackwardFilter")
+
+
+def _dilated(size, dilation):
+    return 0 if size == 0 else 1 + dilation * (size - 1)
+
+
+def _window_text(dims):
+    def part(key, fmt, default):
+        values = [fmt(d) for d in dims]
+        return f" {key}=" + "x".join(values) if any(v != default for v in values) else ""
+    return ("{size=" + "x".join(str(d["size"]) for d in dims)
+            + part("stride", lambda d: str(d["stride"]), "1")
+            + part("pad", lambda d: f"{d['pad_low']}_{d['pad_high']}", "0_0")
+            + part("lhs_dilate", lambda d: str(d["lhs_dilate"]), "1")
+            + part("rhs_dilate", lambda d: str(d["rhs_dilate"]), "1") + "}")
+
+
+def _relabel(labels, swap):
+    return "".join(swap.get(c, c) for c in labels)
+
+
+def _spatial_sizes(shape, labels):
+    """The sizes of a shape's spatial dims, in the order of their digit."""
+    return [shape.dims[labels.index(str(k))] for k in range(sum(c.isdigit() for c in labels))]
+
+
+def _cudnn_convolution(ins, by_name, taken):
+    """The instructions of a plain convolution (and a bias, an activation)
+    computing what cuDNN custom call `ins` does, its last the value; None
+    for a custom call this cannot express (grouped backward convolutions,
+    an activation other than relu)."""
+    target = A.string(ins.attrs.get("custom_call_target", ""))
+    if ins.opcode != "custom-call" or target not in _CUDNN or not ins.shape.is_tuple:
+        return None
+    m = re.fullmatch(r"\s*(\w+)_(\w+)->(\w+)\s*", ins.attrs.get("dim_labels", ""))
+    if not m or "window" not in ins.attrs:
+        return None
+    lhs, rhs, out = m.groups()
+    window = A.window(ins.attrs["window"])
+    groups = int(ins.attrs.get("feature_group_count", "1"))
+    if int(ins.attrs.get("batch_group_count", "1")) != 1 or any(d["lhs_dilate"] != 1 for d in window):
+        return None
+    backward = target.startswith("__cudnn$convBackward")
+    if backward and any(d["rhs_reversal"] for d in window):
+        return None
+    result = ins.shape.tuple_shapes[0]
+    config = A.backend_config(ins.attrs.get("backend_config"))
+    conv_cfg = config.get("cudnn_conv_backend_config", {}) if isinstance(config, dict) else {}
+    operands = [by_name[o].shape for o in ins.operands]
+    new = []
+
+    def add(name, opcode, shape, ops, **attrs):
+        new.append(Instruction(_fresh(f"{ins.name}.{name}", taken), opcode, shape, list(ops),
+                               attrs=dict(attrs)))
+        return new[-1].name
+
+    extra = {"feature_group_count": str(groups)} if groups != 1 else {}
+    if target in ("__cudnn$convForward", "__cudnn$convBiasActivationForward"):
+        value = add("conv", "convolution", result, ins.operands[:2], window=ins.attrs["window"],
+                    dim_labels=f"{lhs}_{rhs}->{out}", **extra)
+        if target.endswith("BiasActivationForward"):
+            mode = conv_cfg.get("activation_mode", "kNone")
+            if mode not in ("kNone", "kRelu") or len(ins.operands) > 4:
+                return None
+            scalar = Shape(result.element_type, (), text=f"{result.element_type}[]")
+            scale = float(conv_cfg.get("conv_result_scale", 1))
+            if scale != 1:
+                k = add("scale.c", "constant", scalar, [])
+                new[-1].literal = repr(scale)
+                kb = add("scale.b", "broadcast", result, [k], dimensions="{}")
+                value = add("scaled", "multiply", result, [value, kb])
+            if len(ins.operands) > 2:
+                bias = add("bias", "broadcast", result, [ins.operands[2]],
+                           dimensions="{" + str(out.index("f")) + "}")
+                value = add("biased", "add", result, [value, bias])
+            side = float(conv_cfg.get("side_input_scale", 0))
+            if len(ins.operands) > 3 and side != 0:
+                k = add("side.c", "constant", scalar, [])
+                new[-1].literal = repr(side)
+                kb = add("side.b", "broadcast", result, [k], dimensions="{}")
+                sided = add("side", "multiply", result, [ins.operands[3], kb])
+                value = add("plus_side", "add", result, [value, sided])
+            if mode == "kRelu":
+                zero = add("zero.c", "constant", scalar, [])
+                new[-1].literal = "0"
+                zb = add("zero", "broadcast", result, [zero], dimensions="{}")
+                value = add("relu", "maximum", result, [value, zb])
+        return new
+    if groups != 1:
+        return None
+    if target == "__cudnn$convBackwardInput":
+        # the forward input's gradient: conv(dy, reversed filter) with the
+        # stride as the input's dilation (jax's _conv_general_vjp_lhs_padding)
+        grad, filt = operands
+        ins_sizes, outs = _spatial_sizes(result, lhs), _spatial_sizes(grad, out)
+        dims = []
+        for d, n_in, n_out in zip(window, ins_sizes, outs):
+            k = _dilated(d["size"], d["rhs_dilate"])
+            lo = k - d["pad_low"] - 1
+            dims.append({"size": d["size"], "stride": 1, "pad_low": lo,
+                         "pad_high": n_in + k - 1 - _dilated(n_out, d["stride"]) - lo,
+                         "lhs_dilate": d["stride"], "rhs_dilate": d["rhs_dilate"]})
+        spatial = [str(rhs.index(str(k))) for k in range(len(window))]
+        rev = add("reversed", "reverse", filt, [ins.operands[1]],
+                  dimensions="{" + ",".join(spatial) + "}")
+        new.append(Instruction(_fresh(f"{ins.name}.conv", taken), "convolution", result,
+                               [ins.operands[0], rev],
+                               attrs={"window": _window_text(dims),
+                                      "dim_labels": f"{out}_{_relabel(rhs, {'i': 'o', 'o': 'i'})}->{lhs}"}))
+        return new
+    # __cudnn$convBackwardFilter: the filter's gradient: conv(x, dy) with
+    # batch and feature swapped (jax's _conv_general_vjp_rhs_padding)
+    x, grad = operands
+    ins_sizes, outs = _spatial_sizes(x, lhs), _spatial_sizes(grad, out)
+    dims = []
+    for d, n_in, n_out in zip(window, ins_sizes, outs):
+        k = _dilated(d["size"], d["rhs_dilate"])
+        dims.append({"size": n_out, "stride": d["rhs_dilate"], "pad_low": d["pad_low"],
+                     "pad_high": _dilated(n_out, d["stride"]) - n_in + k - d["pad_low"] - 1,
+                     "lhs_dilate": 1, "rhs_dilate": d["stride"]})
+    labels = (f"{_relabel(lhs, {'b': 'f', 'f': 'b'})}_{_relabel(out, {'b': 'i', 'f': 'o'})}"
+              f"->{_relabel(rhs, {'i': 'b', 'o': 'f'})}")
+    new.append(Instruction(_fresh(f"{ins.name}.conv", taken), "convolution", result,
+                           list(ins.operands), attrs={"window": _window_text(dims),
+                                                      "dim_labels": labels}))
+    return new
+
+
+def _plain_convolutions(instructions, taken):
+    """instructions with each cuDNN custom call replaced by its plain
+    convolution; a get-tuple-element of its value becomes that value, and
+    a custom call that is the root leaves its value as the root."""
+    by_name = {i.name: i for i in instructions}
+    out, value_of = [], {}
+    for ins in instructions:
+        if ins.opcode == "get-tuple-element" and ins.operands[0] in value_of \
+                and ins.attrs.get("index") == "0":
+            out.append(Instruction(ins.name, "reshape", ins.shape, [value_of[ins.operands[0]]],
+                                   is_root=ins.is_root))
+            continue
+        new = _cudnn_convolution(ins, by_name, taken)
+        if new is None:
+            out.append(ins)
+            continue
+        value_of[ins.name] = new[-1].name
+        if ins.is_root:
+            new[-1] = dataclasses.replace(new[-1], is_root=True)
+        out += new
+    return out
+
+
 def _compilable_parts(text, filename):
     """(module, entry instructions, kept computation names, names taken)
     after unfusing."""
     module = parse_module(text, filename)
     taken = {i.name for c in module.computations.values() for i in c.instructions}
     instructions = [_plain(i) for i in _inline_fusions(module, module.entry, taken)]
+    instructions = _plain_convolutions(instructions, taken)
     callees = [c for i in instructions for c in i.called]
     return module, instructions, _closure(module, callees), taken
 
