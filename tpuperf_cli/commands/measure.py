@@ -71,7 +71,9 @@ class _Progress:
 
 
 def _cpus(ctx, param, value):
-    if value is None or str(value).lower() == "all":
+    if value is None:           # the default: one CPU, or all on a GPU or TPU (cli)
+        return "default"
+    if str(value).lower() == "all":
         return None
     try:
         n = int(value)
@@ -103,10 +105,12 @@ def _cpus(ctx, param, value):
               help="Measure again kernels whose cached measurement failed.")
 @click.option("--progress/--no-progress", default=None,
               help="Show a progress bar on stderr [default: when stderr is a terminal].")
-@click.option("--cpus", default="1", show_default=True, metavar="N|all", callback=_cpus,
+@click.option("--cpus", default=None, metavar="N|all", callback=_cpus,
               help="Time on N CPUs only: the measuring process is pinned to them, and with "
                    "one XLA:CPU runs dots and convolutions on the calling thread. 'all' "
-                   "leaves the process on every CPU it may use.")
+                   "leaves the process on every CPU it may use. [default: 1; all with "
+                   "--backend gpu or tpu, whose clock is the device's and whose compiles "
+                   "use several threads]")
 @click.option("--clock", type=click.Choice(["auto", "wall", "process", "events"]), default="auto",
               show_default=True,
               help="What a sample's duration is: the CPU time of the measuring process "
@@ -295,6 +299,8 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
     prog = click.get_current_context().info_name or "measure"
     refuse_terminal(output, "predict")
     seconds = parse_duration(min_time)
+    if cpus == "default":
+        cpus = None if backend in ("gpu", "tpu") else 1
     settings = dict(backend=backend, samples=samples, min_time=seconds, timeout=timeout,
                     cpus=cpus, clock=clock)
     data_stdout = sys.stdout
