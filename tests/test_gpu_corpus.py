@@ -88,6 +88,11 @@ def test_records_of_the_h200_choose_the_bundled_gpu_model(tmp_path, monkeypatch)
     assert bundled_names()[0] == "default" and "gpu-nvidia-h200" in bundled_names()
     cpu_target = dict(MANIFEST["target"], platform="cpu", device_kind="cpu")
     assert Path(default_choice(cpu_target)[0]).name == "default.pt"
+    # another GPU's records: the H200's model is nearer than the CPU's
+    h100 = dict(MANIFEST["target"], device_kind="NVIDIA H100 80GB HBM3", chip="NVIDIA H100 80GB HBM3")
+    path, why = default_choice(h100)
+    assert Path(path).name == "gpu-nvidia-h200.pt" and "another gpu (NVIDIA H200)" in why
+    assert Path(default_choice(dict(h100, platform="tpu"))[0]).name == "default.pt"
 
 
 def test_salvage_keeps_the_whole_records_of_a_stopped_measure(tmp_path):

@@ -63,7 +63,8 @@ def cli(files, model, batch_size, output, device, threads, engine, show_model, q
     none, a model bundled with tpuperf for the records' target: today one,
     gpu-nvidia-h200, trained on kernels of the example JAX programs that
     XLA:GPU compiled and CUPTI timed on an NVIDIA H200 (records measured
-    there choose it; for records not measured, name it: --model
+    there choose it, and so do records of another GPU, whose nearest
+    bundled model it is; for records not measured, name it: --model
     gpu-nvidia-h200); else the bundled CPU model: trained on kernels of
     example JAX programs measured with XLA:CPU (see `predict --show-model`).
     Its figures are for that machine: calibrate one for yours (`tpuperf

@@ -10,8 +10,9 @@ calibrated model whose target is that of the records (records.target_identity),
 or, for records not measured, that of this machine as `measure` would
 describe it with its default settings (--cpus 1, the process clock); else
 a model bundled for the records' target (tpuperf_cli/data/NAME.pt with its
-NAME.target.json, e.g. the model of an NVIDIA H200); else the bundled CPU
-model, default.pt. Describing this machine reads /proc and
+NAME.target.json, e.g. the model of an NVIDIA H200), or for another device
+of their accelerator platform (another GPU's records: the H200's model);
+else the bundled CPU model, default.pt. Describing this machine reads /proc and
 sysfs only: no jax. On a GPU or TPU host the machine cannot be described
 without its runtime, so there the default follows measured records only.
 """
@@ -113,6 +114,25 @@ def bundled_names() -> list[str]:
     return sorted(stems, key=lambda s: s != "default")
 
 
+def _bundled_of_platform(platform) -> tuple[str, str] | None:
+    """(path, why) of a bundled model of another device of the records'
+    accelerator platform (an H100's records and the H200's model): nearer
+    to them than the CPU model. None on CPU, or when there is none."""
+    if platform in (None, "cpu"):
+        return None
+    for side in sorted(glob.glob(os.path.join(bundled_dir(), "*" + SIDECAR))):
+        try:
+            with open(side) as f:
+                d = json.load(f)
+            model = os.path.join(os.path.dirname(side), d["model"])
+            if d["target"].get("platform") == platform and os.path.exists(model):
+                return model, (f"bundled for another {platform} ({d['target'].get('device_kind')}), "
+                               f"the nearest bundled target; calibrate or train one for yours")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return None
+
+
 def default_choice(records_target: dict | None = None) -> tuple[str, str]:
     """(path, why) of the default model: the calibrated model of the records'
     target (or of this machine, for records without one), else the model
@@ -126,6 +146,9 @@ def default_choice(records_target: dict | None = None) -> tuple[str, str]:
         path = find_calibrated(records_target, bundled_dir())
         if path:
             return path, "bundled for the records' target"
+        near = _bundled_of_platform(records_target.get("platform"))
+        if near:
+            return near
         return default_model_path(), "the bundled model; no calibrated model for the records' target"
     if not glob.glob(os.path.join(models_dir(), "*" + SIDECAR)):
         # no calibrated model at all: describing this machine (and importing
