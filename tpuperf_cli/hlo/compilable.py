@@ -240,6 +240,17 @@ def _plain_convolutions(instructions, taken):
     return out
 
 
+_COPY_RE = re.compile(r"^(\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*[a-z][a-z0-9]*\[[\d,]*\](?:\{[^}]*\})?\s+)copy\(",
+                      re.M)
+
+
+def copies_as_reshapes(text: str) -> str:
+    """A module's text with each array `copy` a `reshape` to its own
+    shape: the same values, for a jaxlib that cannot take copy through
+    StableHLO (measure falls back to this only then)."""
+    return _COPY_RE.sub(r"\1reshape(", text)
+
+
 def _compilable_parts(text, filename):
     """(module, entry instructions, kept computation names, names taken)
     after unfusing."""
