@@ -397,9 +397,9 @@ def main(argv=None):
     timer.start()
     failures = {}
 
-    def one(task):
+    def one(task, first=False):
         name, point = task
-        if time.time() > t0 + a.budget or runner.stopped:
+        if not first and (time.time() > t0 + a.budget or runner.stopped):
             return name, "budget"
         started = time.time()
         why = runner.build(name, point) or runner.measure(name)
@@ -411,7 +411,7 @@ def main(argv=None):
         return name, why
 
     log(f"{len(todo)} programs, backend {a.backend}, {a.jobs} at a time, budget {a.budget:.0f}s")
-    first, why = one(todo[0])
+    first, why = one(todo[0], first=True)       # whatever the budget: the set-up's check
     ok = not why and (work / "kernels" / f"{first}.msgpack").exists() and any(
         r.get("runtime_ns") for r in read(work / "kernels" / f"{first}.msgpack"))
     if not ok:

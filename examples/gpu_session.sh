@@ -35,7 +35,9 @@ BACKEND=${BACKEND:-gpu}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 date -u
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv || true
+if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+fi
 $PY examples/gpu_corpus.py --work "$WORK" --jobs "$JOBS" --budget "$BUDGET" --stop "$STOP" --backend "$BACKEND" \
     --sweeps --archive "$OUT/corpus-gpu" || exit $?
 date -u

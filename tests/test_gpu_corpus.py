@@ -3,6 +3,7 @@ as hlo-split's input, the bundled GPU model's choice by target, and
 examples/gpu_corpus.py's logic on CPU (CI has no GPU)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -134,3 +135,17 @@ def test_gpu_corpus_needs_a_work_folder(argv):
     p = subprocess.run([sys.executable, str(ROOT / "examples" / "gpu_corpus.py"), *argv],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "--work is required" in p.stderr
+
+
+def test_the_gpu_session_script_runs_its_steps_on_cpu(tmp_path):
+    env = dict(os.environ, OUT=str(tmp_path / "out"), WORK=str(tmp_path / "work"),
+               BACKEND="cpu", BUDGET="1", STOP="120", NOISE="1", PY=sys.executable)
+    p = subprocess.run(["sh", str(ROOT / "examples" / "gpu_session.sh")], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "featurize ran on mlp_s_train.msgpack" in p.stdout
+    out = sorted(f.name for f in (tmp_path / "out").iterdir())
+    assert out == ["corpus-gpu-kernels-0.tar.xz", "corpus-gpu-kernels-1.tar.xz",
+                   "corpus-gpu-kernels-2.tar.xz", "corpus-gpu-kernels-3.tar.xz",
+                   "corpus-gpu-meta.tar.xz", "noise.json"]
+    assert json.loads((tmp_path / "out" / "noise.json").read_text())["kernels"] > 0
