@@ -156,3 +156,26 @@ ENTRY %main (p: f32[64,32]) -> f32[64,32] {
     m = device.Measurer("cpu", samples=3, clock="wall")
     result = m.measure(kernel)
     assert seen == [True, False] and result.runtime_ns > 0
+
+
+def test_a_call_whose_scratch_buffer_is_read_stays_a_custom_call():
+    text = """HloModule k
+
+ENTRY %main (x: f32[2,8,8,3], w: f32[4,3,3,3]) -> (f32[2,8,8,4], u8[16]) {
+  %x = f32[2,8,8,3]{3,2,1,0} parameter(0)
+  %w = f32[4,3,3,3]{3,2,1,0} parameter(1)
+  %cc = (f32[2,8,8,4]{3,2,1,0}, u8[16]{0}) custom-call(%x, %w), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_o01i->b01f, custom_call_target="__cudnn$convForward"
+  %v = f32[2,8,8,4]{3,2,1,0} get-tuple-element(%cc), index=0
+  %s = u8[16]{0} get-tuple-element(%cc), index=1
+  ROOT %t = (f32[2,8,8,4]{3,2,1,0}, u8[16]{0}) tuple(%v, %s)
+}
+"""
+    assert "custom-call" in compilable_module(text)
+    used = text.replace("  %s = u8[16]{0} get-tuple-element(%cc), index=1\n", "").replace(
+        "ROOT %t = (f32[2,8,8,4]{3,2,1,0}, u8[16]{0}) tuple(%v, %s)", "ROOT %t = (f32[2,8,8,4]{3,2,1,0}) tuple(%v)")
+    plain = compilable_module(used)
+    assert "custom-call" not in plain and " convolution(" in plain
+    rng = np.random.default_rng(1)
+    (got,) = run_hlo(plain, [rng.standard_normal((2, 8, 8, 3)).astype(np.float32),
+                             rng.standard_normal((4, 3, 3, 3)).astype(np.float32)])
+    assert got.shape == (2, 8, 8, 4)

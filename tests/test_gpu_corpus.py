@@ -80,13 +80,13 @@ def test_every_shard_is_what_the_manifest_says():
 
 def test_records_of_the_h200_choose_the_bundled_gpu_model(tmp_path, monkeypatch):
     from tpuperf_cli.commands.options import resolve_model
-    from tpuperf_cli.model.calibrated import bundled_names, default_choice
+    from tpuperf_cli.model.calibrated import bundled_model, default_choice
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))      # no calibrated models
     path, why = default_choice(MANIFEST["target"])
     assert Path(path).name == "gpu-nvidia-h200.pt" and why == "bundled for the records' target"
     assert resolve_model("gpu-nvidia-h200") == path
-    assert bundled_names()[0] == "default" and "gpu-nvidia-h200" in bundled_names()
+    assert bundled_model("gpu-nvidia-h200.pt") == path and bundled_model("../default") is None
     cpu_target = dict(MANIFEST["target"], platform="cpu", device_kind="cpu")
     assert Path(default_choice(cpu_target)[0]).name == "default.pt"
     # another GPU's records: the H200's model is nearer than the CPU's

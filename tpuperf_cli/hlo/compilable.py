@@ -222,6 +222,10 @@ def _plain_convolutions(instructions, taken):
     convolution; a get-tuple-element of its value becomes that value, and
     a custom call that is the root leaves its value as the root."""
     by_name = {i.name: i for i in instructions}
+    # a call read other than through its element 0 (its value), as a whole
+    # or its scratch buffer, stays as it is
+    read_whole = {o for i in instructions for o in i.operands
+                  if not (i.opcode == "get-tuple-element" and i.attrs.get("index") == "0")}
     out, value_of = [], {}
     for ins in instructions:
         if ins.opcode == "get-tuple-element" and ins.operands[0] in value_of \
@@ -229,7 +233,7 @@ def _plain_convolutions(instructions, taken):
             out.append(Instruction(ins.name, "reshape", ins.shape, [value_of[ins.operands[0]]],
                                    is_root=ins.is_root))
             continue
-        new = _cudnn_convolution(ins, by_name, taken)
+        new = None if ins.name in read_whole else _cudnn_convolution(ins, by_name, taken)
         if new is None:
             out.append(ins)
             continue

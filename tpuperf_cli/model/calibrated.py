@@ -108,12 +108,6 @@ def bundled_model(name: str) -> str | None:
     return path if os.path.isfile(path) else None
 
 
-def bundled_names() -> list[str]:
-    """The names of the bundled models (file stems), default first."""
-    stems = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(bundled_dir(), "*.pt")))
-    return sorted(stems, key=lambda s: s != "default")
-
-
 def _bundled_of_platform(platform) -> tuple[str, str] | None:
     """(path, why) of a bundled model of another device of the records'
     accelerator platform (an H100's records and the H200's model): nearer
