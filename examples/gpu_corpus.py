@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Build a corpus on a machine with an accelerator, in one sitting.
 
-Made for a lent GPU machine (reached with the `device` tool for minutes at
-a time, its own Python with jax 0.11 and CUDA 13, no DGL, no zstandard),
+Made for a GPU machine held for minutes at a time (its own Python with
+jax 0.11 and CUDA 13, no DGL, no zstandard, nothing to install from),
 and run there from a copy of the checkout:
 
     PYTHONPATH=$PWD python3 examples/gpu_corpus.py --work /tmp/gpu \\
@@ -33,7 +33,8 @@ Then: manifest: work/manifest.json names the device, driver, CUDA and jax
 versions (the records' target and nvidia-smi), the programs (with their
 family), kernel counts, failures and seconds; archive: with --archive,
 xz archives of hlo/, logs/ and the manifest, and of kernels/ in --parts
-parts (the device tool brings back a few files of at most 16 MiB each). The noise figures come from
+parts (files of a few MiB, small enough to carry back from a machine
+that returns only small files). The noise figures come from
 benchmarks/bench_measure_noise.py --kernels work/kernels, run after this.
 Progress goes to stderr.
 
@@ -287,8 +288,8 @@ def manifest(work, names, failures, seconds):
 
 def archive(work, prefix, parts):
     """PREFIX-meta.tar.xz (the manifest, hlo/, logs/) and the kernel shards
-    in `parts` archives PREFIX-kernels-I.tar.xz (the device tool brings
-    back files of at most 16 MiB), compressed in parallel."""
+    in `parts` archives PREFIX-kernels-I.tar.xz (each a few MiB: small
+    files travel back from a lent machine), compressed in parallel."""
     shards = sorted((work / "kernels").glob("*.msgpack"))
     Path(prefix).parent.mkdir(parents=True, exist_ok=True)
     jobs = [(f"{prefix}-meta.tar.xz", [work / "manifest.json", work / "hlo", work / "logs"])]

@@ -1,5 +1,5 @@
 #!/bin/sh
-# One sitting on a lent GPU machine: the command the device tool ran on the
+# One sitting on a lent GPU machine: the command that ran on the
 # NVIDIA H200 on 2026-11-26 (examples/corpus-gpu), as one script.
 #
 # Runs from a copy of the checkout with that machine's own python3 (jax
