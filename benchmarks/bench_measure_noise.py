@@ -58,8 +58,10 @@ BANDS = [("< 10 us", 0, 1e4), ("10-100 us", 1e4, 1e5), ("100 us-1 ms", 1e5, 1e6)
 def kind_of(r):
     op = r.get("opcode")
     if op == "fusion":
-        return {"kLoop": "loop fusion", "kInput": "input fusion",
-                "kOutput": "output fusion"}.get(r.get("fusion_kind"), "other fusion")
+        return {"kLoop": "loop fusion", "kInput": "input fusion", "kOutput": "output fusion",
+                "kCustom": "custom fusion"}.get(r.get("fusion_kind"), "other fusion")
+    if op == "custom-call":      # on a GPU: cuBLAS and cuDNN calls
+        return "custom call"
     if op in ("dot", "convolution", "reduce", "reduce-window", "iota"):
         return op
     if op in ("copy", "transpose"):
