@@ -244,6 +244,54 @@ def _plain_convolutions(instructions, taken):
     return out
 
 
+# Ops an index array passes through unchanged in value on its way from a
+# parameter to a gather or scatter.
+_INDEX_PASS = {"convert", "reshape", "bitcast", "copy", "broadcast", "slice", "transpose"}
+
+
+def index_bounds(text: str, filename: str = "<kernel>") -> dict[int, int]:
+    """{parameter number: bound} for the kernel's parameters that hold the
+    indices of a gather or scatter (directly, or through reshapes,
+    converts and the like): any index in [0, bound) keeps every slice in
+    bounds in every dimension it indexes (the smallest over the dims and
+    the ops that read it). measure draws such indices on an accelerator,
+    where all-zero indices would queue a scatter's atomic updates on one
+    row."""
+    _, instructions, _, _ = _compilable_parts(text, filename)
+    by_name = {i.name: i for i in instructions}
+    bounds = {}
+    for ins in instructions:
+        if ins.opcode == "scatter":
+            k = (len(ins.operands) - 1) // 2           # inputs, indices, updates
+            operand, updates = by_name[ins.operands[0]].shape, by_name[ins.operands[k + 1]].shape
+            dims = A.scatter_dims(ins.attrs)
+            windows = iter(dims["update_window_dims"])
+            unit = set(dims["inserted_window_dims"]) | set(dims["input_batching_dims"])
+            size = {d: 1 if d in unit else updates.dims[next(windows)] for d in range(operand.rank)}
+            targets, indices = dims["scatter_dims_to_operand_dims"], ins.operands[k]
+        elif ins.opcode == "gather":
+            operand = by_name[ins.operands[0]].shape
+            dims = A.gather_dims(ins.attrs)
+            size = dict(enumerate(dims["slice_sizes"]))
+            targets, indices = dims["start_index_map"], ins.operands[1]
+        else:
+            continue
+        if not targets or not operand.is_array:
+            continue
+        bound = min(operand.dims[d] - size.get(d, 1) + 1 for d in targets)
+        source = by_name.get(indices)
+        while source is not None and source.operands:
+            # jax's take wraps negative indices: select(i < 0, i + n, i)
+            step = {"select": 2, "clamp": 1}.get(source.opcode, 0 if source.opcode in _INDEX_PASS else None)
+            if step is None:
+                break
+            source = by_name.get(source.operands[step])
+        if source is not None and source.opcode == "parameter" and bound >= 1:
+            n = source.parameter_number
+            bounds[n] = min(bound, bounds.get(n, bound))
+    return bounds
+
+
 _COPY_RE = re.compile(r"^(\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*[a-z][a-z0-9]*\[[\d,]*\](?:\{[^}]*\})?\s+)copy\(",
                       re.M)
 

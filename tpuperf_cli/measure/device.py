@@ -37,9 +37,12 @@ which are slow on some CPUs. Integer inputs are all zeros: zero is a valid
 index into every dimension, so every gather, scatter, dynamic-slice and
 dynamic-update-slice stays in bounds whatever the shapes (XLA would clamp or
 skip out-of-bound indices, which changes the work done), and integer
-division by zero is defined in XLA. Booleans are random. The one known
-distortion: on GPU/TPU a scatter whose indices are all equal serialises its
-updates on one location.
+division by zero is defined in XLA. Booleans are random. On GPU and TPU
+(the events clock), a scatter whose indices are all equal would queue its
+atomic updates on one row (the GPU corpus's scatters of 2026-11-26 were
+timed so): there a parameter that holds a gather's or scatter's indices
+is drawn uniformly from the indices that stay in bounds
+(hlo.compilable.index_bounds).
 """
 
 from __future__ import annotations
@@ -471,16 +474,21 @@ class Measurer:
 
         return jax.device_put(host, self.device)
 
-    def inputs(self, params: Sequence[Any]) -> list:
-        """Device arrays for the parameter shapes (see the module docstring)."""
+    def inputs(self, params: Sequence[Any], index_bounds: dict | None = None) -> list:
+        """Device arrays for the parameter shapes (see the module docstring);
+        index_bounds: {parameter number: bound} of the parameters drawn as
+        indices in [0, bound) rather than zeros."""
         rng = np.random.default_rng(self.seed)
         arrays = []
-        for s in params:
+        for i, s in enumerate(params):
             dtype = np.dtype(s.numpy_dtype())
             dims = tuple(s.dimensions())
             kind = dtype.kind
+            bound = (index_bounds or {}).get(i, 0)
             if dtype == np.bool_:
                 host = rng.random(dims) < 0.5
+            elif kind in "iu" and bound > 1:
+                host = rng.integers(0, min(bound, np.iinfo(dtype).max), dims).astype(dtype)
             elif kind in "iu" or dtype.name in ("int4", "uint4", "int2", "uint2"):
                 host = np.zeros(dims, dtype)  # ml_dtypes' sub-byte ints are kind "V"
             elif kind == "c":
@@ -513,9 +521,9 @@ class Measurer:
             timed.append(t)
         return timed
 
-    def _inputs(self, shapes):
+    def _inputs(self, shapes, index_bounds=None):
         try:
-            return self.inputs(shapes)
+            return self.inputs(shapes, index_bounds)
         except MeasureError:
             raise
         except Exception as e:
@@ -666,7 +674,7 @@ class Measurer:
         """measure_many with --clock events (see events.py): each kernel
         compiled alone, called `samples` times inside its own annotation
         of one profiler session, its samples the device time of each call."""
-        from tpuperf_cli.hlo.compilable import compilable_module
+        from tpuperf_cli.hlo.compilable import compilable_module, index_bounds
 
         from .events import Session, call_samples, instruction_names
 
@@ -691,7 +699,11 @@ class Measurer:
             if self.backend == "cpu":   # which host events are this kernel's thunks
                 names[str(i)] = instruction_names(m.to_string() for m in exe.hlo_modules())
             try:
-                args = self._inputs(params)
+                # on an accelerator a scatter's indices spread over its rows
+                # (all zeros would queue its atomic updates on one); XLA:CPU's
+                # scatter is a serial loop, and its corpus was timed on zeros
+                bounds = index_bounds(texts[i]) if self.backend != "cpu" else None
+                args = self._inputs(params, bounds)
                 call = _caller(exe, args)
                 call()  # warm up: first touch, lazy initialisation, autotuning
                 call()
