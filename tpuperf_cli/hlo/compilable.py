@@ -37,6 +37,7 @@ import re
 from collections.abc import Sequence
 
 from tpuperf_cli.hlo import attrs as A
+from tpuperf_cli.hlo.cost import scatter_indices
 from tpuperf_cli.hlo.ir import Instruction, Shape
 from tpuperf_cli.hlo.parser import parse_module
 from tpuperf_cli.hlo.split import _closure, _print_computation, _signature
@@ -262,7 +263,7 @@ def index_bounds(text: str, filename: str = "<kernel>") -> dict[int, int]:
     bounds = {}
     for ins in instructions:
         if ins.opcode == "scatter":
-            k = (len(ins.operands) - 1) // 2           # inputs, indices, updates
+            k = scatter_indices(ins)
             operand, updates = by_name[ins.operands[0]].shape, by_name[ins.operands[k + 1]].shape
             dims = A.scatter_dims(ins.attrs)
             windows = iter(dims["update_window_dims"])

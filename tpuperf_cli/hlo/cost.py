@@ -167,7 +167,7 @@ class _Analysis:
         return size
 
 
-def _scatter_indices(ins) -> int:
+def scatter_indices(ins) -> int:
     """The operand number of a scatter's indices: its operands are the
     inputs, the indices, then as many updates as inputs."""
     return (len(ins.operands) - 1) // 2
@@ -372,7 +372,7 @@ def indexed_slices(module: Module, comp) -> int:
         if ins.opcode == "gather":
             k, ivd = 1, attrs.gather_dims(ins.attrs)["index_vector_dim"]
         elif ins.opcode == "scatter":
-            k, ivd = _scatter_indices(ins), attrs.scatter_dims(ins.attrs)["index_vector_dim"]
+            k, ivd = scatter_indices(ins), attrs.scatter_dims(ins.attrs)["index_vector_dim"]
         else:
             continue
         indices = c.by_name.get(ins.operands[k]) if k < len(ins.operands) else None
@@ -458,7 +458,7 @@ def _map(an, comp, ins):
 
 def _scatter(an, comp, ins):
     f, t = an._callee(ins, "to_apply")
-    updates = an._operand(comp, ins, _scatter_indices(ins) + 1)
+    updates = an._operand(comp, ins, scatter_indices(ins) + 1)
     n = updates.num_elements()
     return f * n, t * n
 
@@ -568,7 +568,7 @@ def _kernel_bytes(an, comp, ins):
     if op == "gather":
         return out + operands[1].byte_size(), out
     if op == "scatter":
-        n = _scatter_indices(ins)
+        n = scatter_indices(ins)
         upd = sum(s.byte_size() for s in operands[n + 1:])
         return 2 * upd + operands[n].byte_size(), upd
     if op == "triangular-solve":
