@@ -180,6 +180,18 @@ def slice_bounds(text: str) -> list[tuple[int, int, int]]:
     return out
 
 
+def dim_labels(text: str) -> tuple[str, str, str]:
+    """dim_labels -> its (input, kernel, output) labels.
+
+    >>> dim_labels("b01f_01io->b01f")
+    ('b01f', '01io', 'b01f')
+    """
+    m = re.fullmatch(r"\s*(\w+)_(\w+)->(\w+)\s*", text)
+    if not m:
+        raise ValueError(f"bad dim_labels {text!r}: expected e.g. b01f_01io->b01f")
+    return m.groups()
+
+
 def conv_dims(text: str) -> dict:
     """dim_labels of a convolution -> its dimension numbers.
 
@@ -192,10 +204,7 @@ def conv_dims(text: str) -> dict:
     >>> d["kernel_input_feature"], d["kernel_output_feature"], d["kernel_spatial"]
     (2, 3, [0, 1])
     """
-    m = re.fullmatch(r"\s*(\w+)_(\w+)->(\w+)\s*", text)
-    if not m:
-        raise ValueError(f"bad dim_labels {text!r}: expected e.g. b01f_01io->b01f")
-    lhs, rhs, out = m.groups()
+    lhs, rhs, out = dim_labels(text)
 
     def spatial(labels):
         digits = sorted((c, i) for i, c in enumerate(labels) if c.isdigit())

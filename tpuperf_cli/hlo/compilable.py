@@ -124,10 +124,12 @@ def _cudnn_convolution(ins, by_name, taken):
     target = A.string(ins.attrs.get("custom_call_target", ""))
     if ins.opcode != "custom-call" or target not in _CUDNN or not ins.shape.is_tuple:
         return None
-    m = re.fullmatch(r"\s*(\w+)_(\w+)->(\w+)\s*", ins.attrs.get("dim_labels", ""))
-    if not m or "window" not in ins.attrs:
+    try:
+        lhs, rhs, out = A.dim_labels(ins.attrs.get("dim_labels", ""))
+    except ValueError:
         return None
-    lhs, rhs, out = m.groups()
+    if "window" not in ins.attrs:
+        return None
     window = A.window(ins.attrs["window"])
     groups = int(ins.attrs.get("feature_group_count", "1"))
     if int(ins.attrs.get("batch_group_count", "1")) != 1 or any(d["lhs_dilate"] != 1 for d in window):
@@ -141,10 +143,16 @@ def _cudnn_convolution(ins, by_name, taken):
     operands = [by_name[o].shape for o in ins.operands]
     new = []
 
-    def add(name, opcode, shape, ops, **attrs):
+    def add(name, opcode, shape, ops, literal=None, **attrs):
         new.append(Instruction(_fresh(f"{ins.name}.{name}", taken), opcode, shape, list(ops),
-                               attrs=dict(attrs)))
+                               attrs=dict(attrs), literal=literal))
         return new[-1].name
+
+    def splat(name, value):
+        """A scalar constant broadcast to the result's shape."""
+        scalar = Shape(result.element_type, (), text=f"{result.element_type}[]")
+        return add(f"{name}.b", "broadcast", result,
+                   [add(f"{name}.c", "constant", scalar, [], literal=value)], dimensions="{}")
 
     extra = {"feature_group_count": str(groups)} if groups != 1 else {}
     if target in ("__cudnn$convForward", "__cudnn$convBiasActivationForward"):
@@ -154,29 +162,19 @@ def _cudnn_convolution(ins, by_name, taken):
             mode = conv_cfg.get("activation_mode", "kNone")
             if mode not in ("kNone", "kRelu") or len(ins.operands) > 4:
                 return None
-            scalar = Shape(result.element_type, (), text=f"{result.element_type}[]")
             scale = float(conv_cfg.get("conv_result_scale", 1))
             if scale != 1:
-                k = add("scale.c", "constant", scalar, [])
-                new[-1].literal = repr(scale)
-                kb = add("scale.b", "broadcast", result, [k], dimensions="{}")
-                value = add("scaled", "multiply", result, [value, kb])
+                value = add("scaled", "multiply", result, [value, splat("scale", repr(scale))])
             if len(ins.operands) > 2:
                 bias = add("bias", "broadcast", result, [ins.operands[2]],
                            dimensions="{" + str(out.index("f")) + "}")
                 value = add("biased", "add", result, [value, bias])
             side = float(conv_cfg.get("side_input_scale", 0))
             if len(ins.operands) > 3 and side != 0:
-                k = add("side.c", "constant", scalar, [])
-                new[-1].literal = repr(side)
-                kb = add("side.b", "broadcast", result, [k], dimensions="{}")
-                sided = add("side", "multiply", result, [ins.operands[3], kb])
+                sided = add("side", "multiply", result, [ins.operands[3], splat("side", repr(side))])
                 value = add("plus_side", "add", result, [value, sided])
             if mode == "kRelu":
-                zero = add("zero.c", "constant", scalar, [])
-                new[-1].literal = "0"
-                zb = add("zero", "broadcast", result, [zero], dimensions="{}")
-                value = add("relu", "maximum", result, [value, zb])
+                value = add("relu", "maximum", result, [value, splat("zero", "0")])
         return new
     if groups != 1:
         return None
@@ -195,10 +193,8 @@ def _cudnn_convolution(ins, by_name, taken):
         spatial = [str(rhs.index(str(k))) for k in range(len(window))]
         rev = add("reversed", "reverse", filt, [ins.operands[1]],
                   dimensions="{" + ",".join(spatial) + "}")
-        new.append(Instruction(_fresh(f"{ins.name}.conv", taken), "convolution", result,
-                               [ins.operands[0], rev],
-                               attrs={"window": _window_text(dims),
-                                      "dim_labels": f"{out}_{_relabel(rhs, {'i': 'o', 'o': 'i'})}->{lhs}"}))
+        add("conv", "convolution", result, [ins.operands[0], rev], window=_window_text(dims),
+            dim_labels=f"{out}_{_relabel(rhs, {'i': 'o', 'o': 'i'})}->{lhs}")
         return new
     # __cudnn$convBackwardFilter: the filter's gradient: conv(x, dy) with
     # batch and feature swapped (jax's _conv_general_vjp_rhs_padding)
@@ -212,9 +208,7 @@ def _cudnn_convolution(ins, by_name, taken):
                      "lhs_dilate": 1, "rhs_dilate": d["stride"]})
     labels = (f"{_relabel(lhs, {'b': 'f', 'f': 'b'})}_{_relabel(out, {'b': 'i', 'f': 'o'})}"
               f"->{_relabel(rhs, {'i': 'b', 'o': 'f'})}")
-    new.append(Instruction(_fresh(f"{ins.name}.conv", taken), "convolution", result,
-                           list(ins.operands), attrs={"window": _window_text(dims),
-                                                      "dim_labels": labels}))
+    add("conv", "convolution", result, ins.operands, window=_window_text(dims), dim_labels=labels)
     return new
 
 
