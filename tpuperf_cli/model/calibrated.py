@@ -72,6 +72,20 @@ def write_sidecar(model_path: str, target: dict, name: str) -> str:
     return path
 
 
+def _models(directory: str):
+    """(target, model path) of each model in `directory` with a sidecar,
+    in the sidecars' name order; a stray or half-written file is no model."""
+    for side in sorted(glob.glob(os.path.join(directory, "*" + SIDECAR))):
+        try:
+            with open(side) as f:
+                d = json.load(f)
+            model = os.path.join(os.path.dirname(side), d["model"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(d.get("target"), dict) and os.path.exists(model):
+            yield d["target"], model
+
+
 def find_calibrated(target: dict | None, directory: str | None = None) -> str | None:
     """The newest calibrated model in the models directory whose target is
     `target` (by records.target_identity), or None."""
@@ -79,15 +93,12 @@ def find_calibrated(target: dict | None, directory: str | None = None) -> str | 
     if want is None:
         return None
     found = []
-    for side in glob.glob(os.path.join(directory or models_dir(), "*" + SIDECAR)):
-        try:
-            with open(side) as f:
-                d = json.load(f)
-            model = os.path.join(os.path.dirname(side), d["model"])
-            if target_identity(d["target"]) == want and os.path.exists(model):
+    for their, model in _models(directory or models_dir()):
+        if target_identity(their) == want:
+            try:
                 found.append((os.path.getmtime(model), model))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue            # a stray or half-written file is no model
+            except OSError:
+                continue        # gone since
     return max(found)[1] if found else None
 
 
@@ -114,16 +125,10 @@ def _bundled_of_platform(platform) -> tuple[str, str] | None:
     to them than the CPU model. None on CPU, or when there is none."""
     if platform in (None, "cpu"):
         return None
-    for side in sorted(glob.glob(os.path.join(bundled_dir(), "*" + SIDECAR))):
-        try:
-            with open(side) as f:
-                d = json.load(f)
-            model = os.path.join(os.path.dirname(side), d["model"])
-            if d["target"].get("platform") == platform and os.path.exists(model):
-                return model, (f"bundled for another {platform} ({d['target'].get('device_kind')}), "
-                               f"the nearest bundled target; calibrate or train one for yours")
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue
+    for target, model in _models(bundled_dir()):
+        if target.get("platform") == platform:
+            return model, (f"bundled for another {platform} ({target.get('device_kind')}), "
+                           f"the nearest bundled target; calibrate or train one for yours")
     return None
 
 
