@@ -256,6 +256,18 @@ def machine():
     return out
 
 
+def tally(records):
+    """(the measured records, {error kind: count} of the others)."""
+    ok, errors = [], {}
+    for r in records:
+        if r.get("runtime_ns"):
+            ok.append(r)
+        else:
+            kind = str(r.get("error", "none")).split(":")[0]
+            errors[kind] = errors.get(kind, 0) + 1
+    return ok, errors
+
+
 def manifest(work, names, failures, seconds):
     programs, target, total, distinct = [], None, 0, set()
     for name in names:
@@ -265,15 +277,10 @@ def manifest(work, names, failures, seconds):
             continue
         spec = json.loads(spec_file.read_text()) if spec_file.exists() else {"name": name}
         records = read(shard)
-        ok = [r for r in records if r.get("runtime_ns")]
+        ok, errors = tally(records)
         target = target or next((r["target"] for r in ok if r.get("target")), None)
         total += len(records)
         distinct |= {r.get("fingerprint") for r in ok}
-        errors = {}
-        for r in records:
-            if "error" in r:
-                kind = str(r["error"]).split(":")[0]
-                errors[kind] = errors.get(kind, 0) + 1
         programs.append({**spec, "kernels": len(records), "measured": len(ok), "failed": errors,
                          "partial": name in failures})
     import jax
@@ -328,13 +335,11 @@ def install(work, into, noise_json=None):
         with RecordWriter(str(into / "kernels" / f"{p['name']}.zst"), compress=True, level=19) as w:
             for r in records:
                 w.write(r)
-        for r in records:
-            if r.get("runtime_ns"):
-                measured += 1
-                distinct.add(r["fingerprint"])
-            else:
-                kind = str(r.get("error", "none")).split(":")[0]
-                failed[kind] = failed.get(kind, 0) + 1
+        ok, errors = tally(records)
+        measured += len(ok)
+        distinct |= {r["fingerprint"] for r in ok}
+        for kind, n in errors.items():
+            failed[kind] = failed.get(kind, 0) + n
     doc.update(kernels=sum(p["kernels"] for p in doc["programs"]), measured=measured,
                distinct_measured=len(distinct), failed_kernels=failed,
                partial_programs=sorted(p["name"] for p in doc["programs"] if p["partial"]))
