@@ -720,6 +720,10 @@ def calibrate(opts: Options, log) -> dict:
     if base_fast.task != "fusion":
         raise TpuperfError(f"model {base_path}: a {base_fast.task}-task model; calibrate adapts "
                            f"fusion-task models (runtimes), not tile rankings")
+    if base_fast.kind.startswith("gbdt"):
+        raise TpuperfError(f"model {base_path}: gradient-boosted trees; calibrate adapts networks "
+                           f"(to fit trees to this machine, measure a corpus here and "
+                           f"`tpuperf train --learner gbdt`)")
 
     shards = corpus_shards(opts.corpus) if opts.corpus or not opts.generate or default_corpus() \
         else []

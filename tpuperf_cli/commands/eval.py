@@ -266,5 +266,5 @@ def _run_model(path, records, batch_size, note, target=None):
 
     pred, model = model_predictions(path, records, batch_size, target)
     note(f"eval: {model.path}: model {model.name} ({model.task} task, "
-         f"{model.cfg.gnn}/{model.cfg.reduction})" + (f"; {model.chosen}" if model.chosen else ""))
+         f"{model.kind})" + (f"; {model.chosen}" if model.chosen else ""))
     return pred

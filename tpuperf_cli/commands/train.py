@@ -32,8 +32,9 @@ from tpuperf_cli.errors import TpuperfError
 @click.option("--epochs", type=click.IntRange(1), default=100, show_default=True, help="At most this many epochs.")
 @click.option("--batch-size", type=click.IntRange(1), default=64, show_default=True,
               help="Graphs per step (under torchrun: in all, split across the processes).")
-@click.option("--lr", type=click.FloatRange(0, min_open=True), default=1e-3, show_default=True,
-              help="Adam learning rate (cosine decay to a tenth over --epochs).")
+@click.option("--lr", type=click.FloatRange(0, min_open=True), default=None,
+              help="Adam learning rate (cosine decay to a tenth over --epochs); with --learner "
+                   "gbdt, each tree's shrinkage. [default: 0.001; 0.03 with --learner gbdt]")
 @click.option("--weight-decay", type=click.FloatRange(0), default=0.0, show_default=True, help="AdamW weight decay.")
 @click.option("--margin", type=click.FloatRange(0), default=0.1, show_default=True,
               help="Hinge margin (standardised log-runtime units).")
@@ -42,7 +43,8 @@ from tpuperf_cli.errors import TpuperfError
                    "spread of its samples: a kernel as noisy as S counts half (0: all alike; "
                    "--task fusion).")
 @click.option("--patience", type=click.IntRange(1), default=10, show_default=True,
-              help="Stop after this many epochs without a better validation figure.")
+              help="Stop after this many epochs without a better validation figure (--learner "
+                   "gbdt: trees without a better validation loss, 50 unless given).")
 @click.option("--monitor", type=click.Choice(["loss", "mape", "tau"]), default=None,
               help="Validation figure for early stopping (default: loss for fusion, tau for tile).")
 @click.option("--min-us", type=click.FloatRange(0), default=5.0, show_default=True,
@@ -85,6 +87,16 @@ from tpuperf_cli.errors import TpuperfError
 @click.option("--ema", type=click.FloatRange(0, 1, max_open=True), default=0.99, show_default=True,
               help="Validate and save an exponential moving average of the weights with this "
                    "decay per step (steadier on small corpora); 0 keeps the raw weights.")
+@click.option("--learner", type=click.Choice(["gnn", "gbdt"]), default="gnn", show_default=True,
+              help="gnn: the graph network (the paper's model; the options below). gbdt: "
+                   "gradient-boosted trees (LightGBM: pip install 'tpuperf[gbdt]') on each "
+                   "kernel's features and its nodes' features pooled (sum, mean, max), opcode "
+                   "counts and sizes; --task fusion, one process; predict runs them without "
+                   "LightGBM.")
+@click.option("--trees", type=click.IntRange(1), default=2000, show_default=True,
+              help="--learner gbdt: at most this many trees (fewer when validation stops them).")
+@click.option("--leaves", type=click.IntRange(2), default=31, show_default=True,
+              help="--learner gbdt: at most this many leaves a tree.")
 @click.option("--gnn", type=click.Choice(["sage", "gat", "none"]), default="sage", show_default=True,
               help="Message passing: GraphSAGE (the paper's), GAT, or none.")
 @click.option("--layers", type=click.IntRange(0), default=3, show_default=True, help="GNN layers (k).")
@@ -125,7 +137,7 @@ from tpuperf_cli.errors import TpuperfError
 def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, weight_decay, margin,
         noise_scale, patience, monitor, min_us, even, generated_share, generated_even, kernel_features, configs,
         memory_mb, seed,
-        device, threads, max_time, ema, gnn, layers, hidden, opcode_dim, neighbors, aggregate,
+        device, threads, max_time, ema, learner, trees, leaves, gnn, layers, hidden, opcode_dim, neighbors, aggregate,
         directed, normalize, kernel_head, reduction, heads, seq_layers, dropout, resume, keep_state, name, quiet):
     """Train a performance model (a graph neural network) on measured kernels.
 
@@ -226,7 +238,11 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
                         seq_layers=seq_layers, dropout=dropout).check()
     except ValueError as e:
         raise TpuperfError(str(e), exit_code=2) from None
-    opts = TrainOptions(task=task, loss=loss or "", epochs=epochs, batch_size=batch_size, lr=lr,
+    if learner == "gbdt":
+        return _train_trees(shards, output, valid, split, task, loss, lr, patience, min_us, even,
+                            generated_share, generated_even, kernel_features, memory_mb, seed,
+                            threads, max_time, trees, leaves, resume, name, quiet)
+    opts = TrainOptions(task=task, loss=loss or "", epochs=epochs, batch_size=batch_size, lr=lr or 1e-3,
                         weight_decay=weight_decay, margin=margin, noise_scale=noise_scale,
                         patience=patience,
                         monitor=monitor or "", min_runtime_ns=min_us * 1000.0, even=even,
@@ -237,6 +253,33 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
     quiet_progress = {"progress": _warnings_only} if quiet else {}
     train(shards, output, net=net, opts=opts, valid=list(valid), split=split, resume=resume,
           keep_state=keep_state, name=name, given=_given(), **quiet_progress)
+
+
+def _train_trees(shards, output, valid, split, task, loss, lr, patience, min_us, even, generated_share,
+                 generated_even, kernel_features, memory_mb, seed, threads, max_time, trees, leaves,
+                 resume, name, quiet):
+    import os
+
+    from tpuperf_cli.model import thread_env
+    from tpuperf_cli.model.train import TrainOptions
+    from tpuperf_cli.model.trees import TreeOptions, train_trees
+
+    if resume:
+        raise TpuperfError("--resume continues a network's run; --learner gbdt trains in one go",
+                           exit_code=2)
+    if loss not in (None, "mse"):
+        raise TpuperfError(f"--loss {loss}: --learner gbdt fits log runtime with mse", exit_code=2)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise TpuperfError("--learner gbdt trains in one process (not under torchrun)", exit_code=2)
+    opts = TrainOptions(task=task, min_runtime_ns=min_us * 1000.0, even=even,
+                        generated_share=-1.0 if generated_share is None else generated_share,
+                        generated_even=generated_even, kernel_features=kernel_features,
+                        memory_mb=memory_mb, seed=seed, threads=threads, max_time=max_time)
+    tree = TreeOptions(trees=trees, leaves=leaves, lr=lr or 0.03,
+                       patience=patience if "patience" in _given() else 50,
+                       threads=thread_env(threads or None), seed=seed)
+    quiet_progress = {"progress": _warnings_only} if quiet else {}
+    train_trees(shards, output, opts, tree, valid=list(valid), split=split, name=name, **quiet_progress)
 
 
 def _warnings_only(line):

@@ -12,6 +12,8 @@ predict for the DGL engine):
               atomic checkpoints)
     resume    continuing an interrupted run (--resume)
     infer     the trained network in numpy, for predict (no torch or DGL)
+    trees     gradient-boosted trees (train --learner gbdt): fitted with
+              LightGBM, run in numpy from the same batches
     predict   model files, load_model, predict_records, predict_batch
 
 Public functions others call:
@@ -34,7 +36,8 @@ Public functions others call:
 import os
 
 MODEL_FORMAT = "tpuperf-model"
-MODEL_VERSION = 2          # the newest file version read: 2 holds `members` (an ensemble), 1 not
+MODEL_VERSION = 3          # the newest file version read: 2 holds `members` (an ensemble), 1 not,
+TREE_MODEL_VERSION = 3     # 3 gradient-boosted trees (model.trees), which older tpuperfs cannot run
 DEFAULT_MODEL = "default.pt"
 
 

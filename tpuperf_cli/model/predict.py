@@ -3,7 +3,10 @@
 A model file (torch.save of a plain dict, loaded with weights_only=True so a
 model file cannot run code) holds:
 
-    format, version   "tpuperf-model", 1 (2 for an ensemble: with members)
+    format, version   "tpuperf-model", 1 (2 for an ensemble: with members; 3
+                      for gradient-boosted trees, model.trees: config
+                      {"learner": "gbdt", ...}, the trees' arrays as
+                      state_dict)
     name              model id written to each record's `model` field
                       (file stem + short hash of the weights)
     task, loss        "fusion" / "tile"; "mse", "ape", "hinge" or "logistic"
@@ -53,6 +56,7 @@ from tpuperf_cli.errors import StreamError, TpuperfError, read_file
 from tpuperf_cli.model import MODEL_FORMAT, MODEL_VERSION, check_device, default_model_path, set_threads, thread_env
 from tpuperf_cli.model.data import Batch, make_batch
 from tpuperf_cli.model.examples import Example, Scaler, example, use_kernel_features
+from tpuperf_cli.model.trees import TreeConfig, TreeNet, is_tree_config
 from tpuperf_cli.records import MODEL, NODE_FEATURES, PRED_NS, TARGET, TARGET_KEYS, Record, locate, target_identity
 
 if TYPE_CHECKING:
@@ -66,7 +70,7 @@ SCALING_FIELDS = ("lo", "hi", "kernel_features", "opcodes", "log_runtime_mean", 
 class Model:
     """A loaded model: network, scaling, vocabulary and what it was trained on."""
 
-    def __init__(self, net: Net | EnsembleNet | NumpyNet | NumpyEnsemble, scaler: Scaler, meta: dict,
+    def __init__(self, net: Net | EnsembleNet | NumpyNet | NumpyEnsemble | TreeNet, scaler: Scaler, meta: dict,
                  path: str | None = None, device: str = "cpu"):
         self.net = net.eval()
         self.scaler = scaler
@@ -178,6 +182,13 @@ class Model:
                 if wrong:
                     raise StreamError(wrong)
 
+    @property
+    def kind(self) -> str:
+        """What predicts, in a few words: "sage/column", "gbdt, 812 trees"."""
+        if isinstance(self.net, TreeNet):
+            return f"gbdt, {self.cfg.trees} trees"
+        return f"{self.cfg.gnn}/{self.cfg.reduction}"
+
     def describe(self) -> dict:
         t = self.meta.get("trained") or {}
         tgt = self.target or {}
@@ -207,10 +218,6 @@ def model_dict(net: Net | EnsembleNet, scaler: Scaler, name: str, task: str, los
     from dataclasses import asdict
 
     states = [_state(m) for m in getattr(net, "members", [net])]
-    try:
-        from tpuperf_cli.features.opcodes import OPCODE_NAMES
-    except ImportError:
-        OPCODE_NAMES = {}
     extra = {"members": states[1:]} if len(states) > 1 else {}
     return {
         "format": MODEL_FORMAT, "version": 2 if extra else 1,
@@ -220,10 +227,19 @@ def model_dict(net: Net | EnsembleNet, scaler: Scaler, name: str, task: str, los
         "state_dict": states[0],
         **extra,
         "scaling": scaler.to_dict(),
-        "opcodes": {int(i): OPCODE_NAMES.get(int(i), "?") for i in sorted(scaler.opcodes)},
+        "opcodes": opcode_names(scaler),
         "target": _plain(target),
         "trained": _plain(trained or {}),
     }
+
+
+def opcode_names(scaler: Scaler) -> dict:
+    """A model file's opcode vocabulary: {id: name} of the ids seen in training."""
+    try:
+        from tpuperf_cli.features.opcodes import OPCODE_NAMES
+    except ImportError:
+        OPCODE_NAMES = {}
+    return {int(i): OPCODE_NAMES.get(int(i), "?") for i in sorted(scaler.opcodes)}
 
 
 def ensemble_digest(states: list[dict]) -> str:
@@ -253,6 +269,9 @@ def combine_models(paths: Sequence[str], name: str | None = None) -> dict:
     for path in paths:
         d = read_model_file(path)
         _check_fields(d, path)
+        if is_tree_config(d["config"]):
+            raise TpuperfError(f"model {path}: gradient-boosted trees; an ensemble joins networks "
+                               f"(tpuperf train's default learner)")
         dicts.append((path, d))
     first_path, first = dicts[0]
     for path, d in dicts[1:]:
@@ -399,10 +418,12 @@ def _check_fields(d, path):
 
 
 def build(d: dict, path: str = "model", device: str = "cpu") -> Model:
-    """A Model from a model dict (the DGL network)."""
+    """A Model from a model dict (the DGL network; trees run in numpy)."""
+    _check_fields(d, path)
+    if is_tree_config(d["config"]):
+        return tree_model(d, path)
     from tpuperf_cli.model.net import EnsembleNet, Net, NetConfig
 
-    _check_fields(d, path)
     try:
         cfg = NetConfig.from_dict(d["config"])
         nets = []
@@ -425,6 +446,22 @@ def build(d: dict, path: str = "model", device: str = "cpu") -> Model:
                            f"network expects {cfg.in_features})")
     net.to(device)
     return Model(net, scaler, _meta(d), path, device)
+
+
+def tree_model(d: dict, path: str = "model") -> Model:
+    """A Model of gradient-boosted trees (model.trees) from a model dict."""
+    try:
+        cfg = TreeConfig.from_dict(d["config"])
+        state = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in d["state_dict"].items()}
+        net = TreeNet(cfg, state)
+        scaler = Scaler.from_dict(d["scaling"])
+    except (ValueError, KeyError, TypeError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise TpuperfError(f"model {path}: bad model file ({first})") from None
+    if scaler.width != cfg.in_features:
+        raise TpuperfError(f"model {path}: bad model file (scaling has {scaler.width} features, "
+                           f"the trees' config says {cfg.in_features})")
+    return Model(net, scaler, _meta(d), path, "cpu")
 
 
 def _meta(d: dict) -> dict:
@@ -513,6 +550,8 @@ def _load_numpy(path: str, required: bool) -> Model | None:
         return None
     check_model_dict(d, path)
     _check_fields(d, path)
+    if is_tree_config(d["config"]):
+        return tree_model(d, path)
     try:
         net = numpy_net(d)
         scaler = Scaler.from_dict(d["scaling"])

@@ -1,0 +1,169 @@
+"""train --learner gbdt: gradient-boosted trees fitted by LightGBM, stored as
+arrays, run in numpy by predict (model/trees.py)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.model.examples import example
+from tpuperf_cli.stream import RecordWriter, read_records
+
+from conftest import stream_bytes
+from synthetic import synthetic_records
+
+lightgbm = pytest.importorskip("lightgbm")
+torch = pytest.importorskip("torch")
+
+from tpuperf_cli.model.predict import load_model  # noqa: E402
+from tpuperf_cli.model.trees import TreeConfig, TreeNet, TreeOptions, fit, from_lightgbm  # noqa: E402
+
+PY = sys.executable
+CPU = {"platform": "cpu", "device_kind": "cpu", "chip": "AMD EPYC", "jax": "0.6.2"}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("trees")
+    for p, recs in enumerate([synthetic_records(n_programs=1, kernels=40, seed=s, target=CPU)
+                              for s in range(5)]):
+        with RecordWriter(str(d / f"synth{p}.zst")) as w:
+            for r in recs:
+                r["program"] = f"synth{p}"
+                w.write(r)
+    (d / "split.json").write_text(json.dumps({"train": ["synth0", "synth1", "synth2"],
+                                              "valid": ["synth3"], "test": ["synth4"]}))
+    return d
+
+
+def outcome(res):
+    """(exit status, what the user reads) of a CliRunner result, as the
+    tool's entry point reports a TpuperfError (one line on stderr)."""
+    if isinstance(res.exception, TpuperfError):
+        return res.exception.exit_code, str(res.exception)
+    return res.exit_code, res.output
+
+
+def train_cli(args):
+    from tpuperf_cli.commands.train import cli
+
+    return CliRunner().invoke(cli, args)
+
+
+@pytest.fixture(scope="module")
+def trees_model(data):
+    out = data / "trees.pt"
+    res = train_cli(["--learner", "gbdt", "--data", str(data / "*.zst"), "--split", str(data / "split.json"),
+                     "-o", str(out), "--trees", "300", "--leaves", "7", "--threads", "1"])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_numpy_walk_equals_lightgbm_on_every_row():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 12)).astype(np.float32)
+    x[:, 3] = rng.integers(0, 4, 400)            # ties on thresholds: integer-valued columns
+    y = x[:, 0] * 2 + np.where(x[:, 3] > 1, 1.0, -1.0) + 0.1 * rng.normal(size=400)
+    booster, keep, stopped = fit(x[:300], y[:300], None, x[300:], y[300:],
+                                 TreeOptions(trees=200, leaves=8, patience=20), lambda _: None)
+    assert 0 < keep <= 200 and stopped
+    arrays = from_lightgbm(booster, keep)
+    assert arrays["roots"].size == keep
+    net = TreeNet(TreeConfig(num_opcodes=4, in_features=1), arrays)
+    np.testing.assert_allclose(net.predict_rows(x), booster.predict(x, num_iteration=keep), rtol=1e-12,
+                               atol=1e-12)
+
+
+def test_single_leaf_trees_are_kept():
+    x = np.zeros((50, 3), np.float32)
+    booster, keep, _ = fit(x, np.full(50, 2.5), None, None, None, TreeOptions(trees=3), lambda _: None)
+    arrays = from_lightgbm(booster, keep)
+    assert arrays["feature"].size == 0 and arrays["leaf_value"].size == arrays["roots"].size >= 1
+    net = TreeNet(TreeConfig(num_opcodes=4, in_features=1), arrays)
+    np.testing.assert_allclose(net.predict_rows(x[:2]), [2.5, 2.5])
+
+
+def test_trained_file_loads_without_lightgbm_and_learns(trees_model, data):
+    d = torch.load(trees_model, weights_only=True)
+    assert d["version"] == 3 and d["config"]["learner"] == "gbdt" and d["config"]["trees"] > 10
+    assert d["target"]["platform"] == "cpu" and d["trained"]["valid_figures"]["valid_mape"] < 50
+    # predict's numpy engine reads the file without torch, and runs no LightGBM
+    code = ("import sys; sys.modules['lightgbm'] = None; sys.modules['torch'] = None\n"
+            "from tpuperf_cli.model.predict import load_model\n"
+            f"m = load_model({str(trees_model)!r}); print(m.kind)")
+    res = subprocess.run([PY, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("gbdt, ")
+    model = load_model(str(trees_model))
+    test = [example(r) for r in read_records(str(data / "synth4.zst"))]
+    pred = model.predict_examples(test)
+    true = np.array([ex.runtime for ex in test])
+    assert np.median(np.abs(pred / true - 1)) < 0.5
+    # the DGL engine's loader gives the same model
+    np.testing.assert_array_equal(load_model(str(trees_model), engine="dgl").predict_examples(test), pred)
+
+
+def test_predict_command_runs_trees_as_the_library_does(trees_model, data):
+    recs = list(read_records(str(data / "synth4.zst")))
+    res = subprocess.run([PY, "-m", "tpuperf_cli", "predict", "-m", str(trees_model)],
+                         input=stream_bytes(recs), capture_output=True)
+    assert res.returncode == 0, res.stderr.decode()
+    import msgpack
+
+    out = list(msgpack.Unpacker(__import__("io").BytesIO(res.stdout), raw=False))
+    lib = load_model(str(trees_model)).predict_examples([example(r) for r in recs])
+    np.testing.assert_array_equal([r["pred_ns"] for r in out], lib)
+    assert out[0]["model"].startswith("trees-")
+
+
+def test_show_model_and_eval_name_the_trees(trees_model):
+    from tpuperf_cli.commands.predict import cli
+
+    res = CliRunner().invoke(cli, ["-m", str(trees_model), "--show-model"])
+    assert res.exit_code == 0 and '"learner": "gbdt"' in res.output
+
+
+def test_bad_tree_arrays_are_a_bad_model_file(trees_model, tmp_path):
+    d = torch.load(trees_model, weights_only=True)
+    d["state_dict"]["left"][0] = 10 ** 6
+    bad = tmp_path / "bad.pt"
+    torch.save(d, bad)
+    for engine in ("numpy", "dgl"):
+        with pytest.raises(TpuperfError, match="bad model file .*points past"):
+            load_model(str(bad), engine=engine)
+
+
+def test_ensemble_refuses_trees(trees_model, tmp_path):
+    from tpuperf_cli.commands.ensemble import cli as ensemble
+
+    code, said = outcome(CliRunner().invoke(ensemble, [str(trees_model), str(trees_model), "-o",
+                                                        str(tmp_path / "e.pt")]))
+    assert code == 1 and "gradient-boosted trees" in said
+
+
+def test_gbdt_refuses_what_it_cannot_do(data, tmp_path):
+    base = ["--learner", "gbdt", "--data", str(data / "*.zst"), "-o", str(tmp_path / "m.pt")]
+    for extra, said in ((["--task", "tile"], "tile"), (["--loss", "ape"], "mse"), (["--resume"], "--resume")):
+        code, text = outcome(train_cli(base + extra))
+        assert code == 2 and said in text, text
+    assert not os.path.exists(tmp_path / "m.pt")
+
+
+def test_gbdt_without_lightgbm_says_what_to_install(data, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "lightgbm", None)
+    code, said = outcome(train_cli(["--learner", "gbdt", "--data", str(data / "*.zst"), "-o",
+                                    str(tmp_path / "m.pt")]))
+    assert code == 2 and "tpuperf[gbdt]" in said
+
+
+def test_calibrate_refuses_a_trees_base(trees_model, tmp_path):
+    from tpuperf_cli.commands.calibrate import cli
+
+    code, said = outcome(CliRunner().invoke(cli, ["--model", str(trees_model), "--budget", "1m", "-o",
+                                                  str(tmp_path / "c.pt")]))
+    assert code == 1 and "gradient-boosted trees" in said, said

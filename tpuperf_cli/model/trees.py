@@ -1,0 +1,362 @@
+"""Gradient-boosted trees: the second kind of model (`train --learner gbdt`).
+
+The trees read one row per kernel, pooled from the same scaled batch the
+network reads (data.make_batch, or parts.parts_batch in predict): the
+kernel features; the sum, mean and max of each node feature over the
+kernel's nodes; how many nodes have each opcode; the node and edge counts.
+They predict the standardised log runtime, as the network does, so a tree
+model is a Model like any other: the same scaling, file format (version
+3), choice by target and prediction paths.
+
+LightGBM fits them (an optional extra: pip install 'tpuperf[gbdt]'), and
+the fitted trees are stored as flat arrays that numpy walks here, so that
+predict needs neither LightGBM nor torch to run a tree model.
+
+A tree in the arrays: internal nodes hold a feature index, a threshold
+(go left when the feature's value <= threshold) and two children; a child
+>= 0 is an internal node (global index), a child < 0 the leaf ~child.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+
+from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.records import NODE_FEATURES
+
+LEARNER = "gbdt"
+TREE_ARRAYS = ("roots", "feature", "threshold", "left", "right", "leaf_value")
+
+
+def _num_opcodes():
+    from tpuperf_cli.features.opcodes import NUM_OPCODES
+
+    return NUM_OPCODES
+
+
+@dataclass
+class TreeConfig:
+    """What a tree model's file says of it (its `config`). The batch fields
+    (num_opcodes, in_features, neighbors, reduction, max_nodes) are those
+    predict.Model reads of any model's config."""
+
+    learner: str = LEARNER
+    num_opcodes: int = field(default_factory=_num_opcodes)
+    in_features: int = 0          # scaled features per node, as the network's
+    neighbors: int = 20           # edges kept per node and direction (the edge count reads them)
+    reduction: str = "pooled"     # sum, mean and max of the nodes: no sequence
+    max_nodes: int = 512
+    trees: int = 0                # trees kept (the best validation round's)
+    leaves: int = 31              # at most this many leaves a tree
+    lr: float = 0.03              # shrinkage of each tree
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TreeConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown tree setting(s): {', '.join(sorted(unknown))}")
+        if d.get("learner") != LEARNER:
+            raise ValueError(f"learner {d.get('learner')!r} is not {LEARNER!r}")
+        return cls(**d)
+
+
+def is_tree_config(config: object) -> bool:
+    return isinstance(config, dict) and config.get("learner") == LEARNER
+
+
+def row_width(kernel_width: int, num_opcodes: int) -> int:
+    return kernel_width + 3 * NODE_FEATURES + num_opcodes + 2
+
+
+def pooled_rows(b, num_opcodes: int) -> np.ndarray:
+    """One row per graph of a data.Batch (see the module docstring), float32
+    (LightGBM bins them; training and prediction see the same values)."""
+    n = b.n_nodes
+    graphs = n.size
+    starts = np.r_[0, np.cumsum(n)[:-1]]
+    node = b.x[:, :NODE_FEATURES].astype(np.float64)
+    total = np.add.reduceat(node, starts, axis=0) if graphs else np.zeros((0, NODE_FEATURES))
+    top = np.maximum.reduceat(node, starts, axis=0) if graphs else np.zeros((0, NODE_FEATURES))
+    graph_of = np.repeat(np.arange(graphs), n)
+    counts = np.bincount(graph_of * num_opcodes + np.clip(b.opcode, 0, num_opcodes - 1),
+                         minlength=graphs * num_opcodes).reshape(graphs, num_opcodes)
+    edges = np.bincount(graph_of[b.in_dst], minlength=graphs) if b.in_dst.size else np.zeros(graphs)
+    rows = np.concatenate([b.kernel_x.astype(np.float64), total, total / n[:, None], top, counts,
+                           n[:, None], edges[:, None]], axis=1)
+    return rows.astype(np.float32)
+
+
+class TreeNet:
+    """The trees of a model file, walked in numpy; called on a data.Batch
+    like a network, it returns the standardised log runtime per graph."""
+
+    engine = "numpy"
+
+    def __init__(self, cfg: TreeConfig, arrays: dict):
+        self.cfg = cfg
+        try:
+            self.roots = np.asarray(arrays["roots"], np.int64).reshape(-1)
+            self.feature = np.asarray(arrays["feature"], np.int64).reshape(-1)
+            self.threshold = np.asarray(arrays["threshold"], np.float64).reshape(-1)
+            self.left = np.asarray(arrays["left"], np.int64).reshape(-1)
+            self.right = np.asarray(arrays["right"], np.int64).reshape(-1)
+            self.leaf_value = np.asarray(arrays["leaf_value"], np.float64).reshape(-1)
+        except KeyError as e:
+            raise ValueError(f"tree arrays lack {e.args[0]!r}") from None
+        inner, leaves = self.feature.size, self.leaf_value.size
+        if not (self.threshold.size == self.left.size == self.right.size == inner):
+            raise ValueError("tree arrays of unequal lengths")
+        children = np.concatenate([self.roots, self.left, self.right])
+        if children.size and (children.max() >= inner or (~children[children < 0]).max(initial=-1) >= leaves):
+            raise ValueError("a tree points past its nodes")
+
+    def eval(self) -> TreeNet:
+        return self
+
+    def __call__(self, b) -> np.ndarray:
+        return self.predict_rows(pooled_rows(b, self.cfg.num_opcodes))
+
+    def predict_rows(self, rows: np.ndarray) -> np.ndarray:
+        if rows.shape[1] <= (self.feature.max() if self.feature.size else -1):
+            raise ValueError(f"rows of {rows.shape[1]} features; the trees read "
+                             f"{self.feature.max() + 1}")
+        x = rows.astype(np.float64)
+        out = np.zeros(rows.shape[0], np.float64)
+        for start in range(0, self.roots.size, 256):      # bounded memory: rows x 256 trees
+            node = np.broadcast_to(self.roots[start:start + 256], (rows.shape[0],
+                                   min(256, self.roots.size - start))).copy()
+            row = np.broadcast_to(np.arange(rows.shape[0])[:, None], node.shape)
+            inner = node >= 0
+            while inner.any():
+                at = node[inner]
+                go_left = x[row[inner], self.feature[at]] <= self.threshold[at]
+                node[inner] = np.where(go_left, self.left[at], self.right[at])
+                inner = node >= 0
+            out += self.leaf_value[~node].sum(axis=1)
+        return out
+
+
+# ---------------------------------------------------------------- fitting
+
+def from_lightgbm(booster, num_iteration: int | None = None) -> dict:
+    """The flat arrays (TREE_ARRAYS) of a LightGBM booster's first
+    num_iteration trees. Refuses splits these arrays cannot say
+    (categorical ones, or missing values other than NaN)."""
+    dump = booster.dump_model(num_iteration=num_iteration)
+    roots, feature, threshold, left, right, leaf_value = [], [], [], [], [], []
+
+    def walk(node):
+        if "leaf_value" in node and "split_feature" not in node:
+            leaf_value.append(float(node["leaf_value"]))
+            return ~(len(leaf_value) - 1)
+        if node.get("decision_type") != "<=":
+            raise TpuperfError(f"gbdt: a {node.get('decision_type')!r} split (only numeric <= "
+                               f"splits are stored)")
+        if node.get("missing_type") not in ("None", "NaN"):
+            raise TpuperfError(f"gbdt: a split with missing type {node.get('missing_type')!r}")
+        i = len(feature)
+        feature.append(int(node["split_feature"]))
+        threshold.append(float(node["threshold"]))
+        left.append(0)
+        right.append(0)
+        left[i] = walk(node["left_child"])
+        right[i] = walk(node["right_child"])
+        return i
+
+    for tree in dump["tree_info"]:
+        roots.append(walk(tree["tree_structure"]))
+    return {"roots": np.asarray(roots, np.int32), "feature": np.asarray(feature, np.int32),
+            "threshold": np.asarray(threshold, np.float64), "left": np.asarray(left, np.int32),
+            "right": np.asarray(right, np.int32), "leaf_value": np.asarray(leaf_value, np.float64)}
+
+
+@dataclass
+class TreeOptions:
+    trees: int = 2000        # at most this many boosting rounds
+    leaves: int = 31
+    lr: float = 0.03
+    patience: int = 50       # rounds without a better validation loss before stopping
+    min_leaf: int = 10       # min_data_in_leaf
+    threads: int = 1
+    seed: int = 0
+
+
+def lightgbm_module():
+    try:
+        import lightgbm
+    except ImportError:
+        raise TpuperfError("--learner gbdt needs LightGBM: pip install 'tpuperf[gbdt]' "
+                           "(in a checkout: .venv/bin/pip install -e '.[gbdt]')", exit_code=2) from None
+    return lightgbm
+
+
+def rows_and_targets(examples: Sequence, scaler, lut: np.ndarray, neighbors: int,
+                     num_opcodes: int, chunk: int = 1024):
+    """(rows, standardised log runtimes, programs) of examples, a chunk of
+    batches at a time."""
+    from tpuperf_cli.model.data import make_batch
+
+    rows, ys, programs = [], [], []
+    batch = []
+
+    def flush():
+        b = make_batch(batch, scaler, lut, neighbors)
+        rows.append(pooled_rows(b, num_opcodes))
+        ys.append(b.y.astype(np.float64))
+        programs.extend(ex.program for ex in batch)
+        batch.clear()
+
+    for ex in examples:
+        batch.append(ex)
+        if len(batch) >= chunk:
+            flush()
+    if batch:
+        flush()
+    if not rows:
+        return np.zeros((0, 0), np.float32), np.zeros(0), []
+    return np.concatenate(rows), np.concatenate(ys), programs
+
+
+def fit(train_rows, train_y, weights, valid_rows, valid_y, opts: TreeOptions,
+        progress: Callable[[str], None], max_time: float = 0.0):
+    """A LightGBM booster on log runtime (L2), stopped after opts.patience
+    rounds without a better validation loss (or at max_time seconds), and
+    the number of rounds to keep (the best one's)."""
+    import time
+
+    lightgbm = lightgbm_module()
+    params = {"objective": "regression", "learning_rate": opts.lr, "num_leaves": opts.leaves,
+              "min_data_in_leaf": opts.min_leaf, "bagging_fraction": 0.8, "bagging_freq": 1,
+              "feature_fraction": 0.5, "num_threads": opts.threads, "seed": opts.seed,
+              "deterministic": True, "force_row_wise": True, "verbose": -1}
+    data = lightgbm.Dataset(train_rows, train_y, weight=weights, free_raw_data=True)
+    sets, names = [], []
+    if valid_rows is not None and len(valid_rows):
+        sets, names = [lightgbm.Dataset(valid_rows, valid_y, reference=data)], ["valid"]
+    best = {"round": 0, "loss": float("inf")}
+    t0 = time.time()
+
+    def watch(env):
+        rnd = env.iteration + 1
+        loss = env.evaluation_result_list[0][2] if env.evaluation_result_list else None
+        if loss is not None and loss < best["loss"]:
+            best.update(round=rnd, loss=loss)
+        if rnd % 100 == 0 or rnd == 1:
+            progress(f"trees {rnd:5d}/{opts.trees}" + (f"  valid loss {loss:.4f} (best {best['loss']:.4f} "
+                                                       f"at {best['round']})" if loss is not None else "")
+                     + f"  {time.time() - t0:.0f}s")
+        stop = loss is not None and rnd - best["round"] >= opts.patience
+        if stop or (max_time and time.time() - t0 >= max_time):
+            best["stopped"] = (f"no better validation loss for {opts.patience} trees" if stop
+                               else f"time limit of {max_time:.0f}s")
+            raise lightgbm.callback.EarlyStopException(best["round"] or rnd, env.evaluation_result_list)
+
+    booster = lightgbm.train(params, data, num_boost_round=opts.trees, valid_sets=sets,
+                             valid_names=names, callbacks=[watch])
+    keep = best["round"] if sets else booster.current_iteration()
+    return booster, keep, best.get("stopped", "trees")
+
+
+def digest(arrays: dict) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for key in TREE_ARRAYS:
+        h.update(key.encode())
+        h.update(np.ascontiguousarray(arrays[key]).tobytes())
+    return h.hexdigest()[:8]
+
+
+def tree_model_dict(cfg: TreeConfig, arrays: dict, scaler, name: str, target: dict | None,
+                    trained: dict) -> dict:
+    """The dict a tree model's file holds: a network's fields (predict's
+    module docstring), version 3, the tree arrays as its state_dict."""
+    import torch
+
+    from tpuperf_cli.model import TREE_MODEL_VERSION
+    from tpuperf_cli.model.predict import _plain, opcode_names
+
+    return {"format": "tpuperf-model", "version": TREE_MODEL_VERSION, "name": f"{name}-{digest(arrays)}",
+            "task": "fusion", "loss": "mse", "config": asdict(cfg),
+            "state_dict": {k: torch.from_numpy(np.ascontiguousarray(arrays[k])) for k in TREE_ARRAYS},
+            "scaling": scaler.to_dict(), "opcodes": opcode_names(scaler),
+            "target": _plain(target), "trained": _plain(trained)}
+
+
+def train_trees(data: Sequence[str], out: str, opts, tree: TreeOptions, valid: Sequence[str] | None = None,
+                split: str | None = None, name: str | None = None,
+                progress: Callable[[str], None] | None = None) -> dict:
+    """`train --learner gbdt`: fit trees on the graph records of `data` (the
+    split's "train" programs), stop on the validation programs, write the
+    model file to `out`. opts: the TrainOptions the data options come from
+    (split, --even, --generated-share, --kernel-features, --min-us, --max-time,
+    --memory-mb). Returns a summary dict as train.train's."""
+    import os
+    import time
+
+    from tpuperf_cli import __version__
+    from tpuperf_cli.model.data import draw_rates
+    from tpuperf_cli.model.predict import Model, save_atomic
+    from tpuperf_cli.model.train import evaluate, load_data, log
+    from tpuperf_cli.records import TARGET_KEYS
+
+    progress = progress or log
+    opts = opts.check()
+    if opts.task != "fusion":
+        raise TpuperfError("--learner gbdt fits runtimes (--task fusion); tile rankings need the "
+                           "network", exit_code=2)
+    lightgbm_module()           # before reading the data: say at once what is missing
+    t0 = time.time()
+    train_set, valid_set, scaler = load_data(data, valid, split, opts, None, progress)
+    cfg = TreeConfig(in_features=scaler.width, leaves=tree.leaves, lr=tree.lr)
+    lut = scaler.opcode_table(cfg.num_opcodes)
+    rows, y, programs = rows_and_targets(train_set.iter_examples(), scaler, lut, cfg.neighbors,
+                                         cfg.num_opcodes)
+    rates = draw_rates(train_set.sizes, opts.even, opts.generated_share, opts.generated_even)
+    weights = np.array([rates[p] for p in programs], np.float64)
+    weights /= weights.mean()
+    valid_rows = valid_y = None
+    if valid_set is not None:
+        valid_rows, valid_y, _ = rows_and_targets(valid_set.iter_examples(), scaler, lut,
+                                                  cfg.neighbors, cfg.num_opcodes)
+    progress(f"train: gradient-boosted trees on {rows.shape[1]} pooled features per kernel, "
+             f"at most {tree.trees} trees of {tree.leaves} leaves, lr {tree.lr}, "
+             f"{tree.threads} thread(s) ({time.time() - t0:.0f}s to read the data)")
+    booster, keep, stopped = fit(rows, y, weights, valid_rows, valid_y, tree, progress,
+                                 max(0.0, opts.max_time - (time.time() - t0)) if opts.max_time else 0.0)
+    arrays = from_lightgbm(booster, keep)
+    cfg.trees = int(arrays["roots"].size)
+    net = TreeNet(cfg, arrays)
+    check = valid_rows if valid_rows is not None and len(valid_rows) else rows
+    check = check[:2000]
+    theirs = booster.predict(check, num_iteration=keep)
+    if not np.allclose(net.predict_rows(check), theirs, rtol=1e-9, atol=1e-9):
+        raise TpuperfError("gbdt: the stored trees do not reproduce LightGBM's predictions "
+                           "(a LightGBM version whose dump this tpuperf misreads?)")
+    stem = name or os.path.splitext(os.path.basename(os.fspath(out)))[0]
+    model = Model(net, scaler, {"name": stem, "task": "fusion"})
+    figures = {}
+    if valid_set is not None:
+        v = evaluate(model, valid_set, opts)
+        figures = {"valid_loss": v["loss"], "valid_mape": v["mape"], "valid_tau": v["tau"]}
+    seconds = round(time.time() - t0, 3)
+    trained = {"data": list(data), "valid": list(valid or []), "split": split,
+               "examples": train_set.examples, "programs": sorted(train_set.sizes),
+               "epochs": cfg.trees, "best_epoch": cfg.trees, "valid_figures": figures,
+               "seconds": seconds, "best_seconds": seconds, "stopped": stopped,
+               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "tpuperf": __version__,
+               "options": asdict(opts), "trees": asdict(tree),
+               "targets": [{k: v for k, v in train_set.target_dicts[key].items() if k in TARGET_KEYS}
+                           for key in train_set.targets]}
+    d = tree_model_dict(cfg, arrays, scaler, stem, train_set.target(), trained)
+    save_atomic(d, out)
+    shown = (f"; valid MAPE {figures['valid_mape']:.1f}%  tau {figures['valid_tau']:.3f}"
+             if figures else "")
+    progress(f"train: wrote {out} (model {d['name']}, {cfg.trees} trees; stopped: {stopped}{shown}; "
+             f"{seconds:.0f}s)")
+    return {"model": d["name"], "out": os.fspath(out), "epochs": cfg.trees, "best_epoch": cfg.trees,
+            "stopped": stopped, "seconds": seconds, "best": figures, "history": []}
