@@ -121,11 +121,16 @@ def test_predict_command_runs_trees_as_the_library_does(trees_model, data):
     assert out[0]["model"].startswith("trees-")
 
 
-def test_show_model_and_eval_name_the_trees(trees_model):
+def test_show_model_and_eval_name_the_trees(trees_model, data):
+    from tpuperf_cli.commands.eval import cli as evaluate
     from tpuperf_cli.commands.predict import cli
 
     res = CliRunner().invoke(cli, ["-m", str(trees_model), "--show-model"])
     assert res.exit_code == 0 and '"learner": "gbdt"' in res.output
+    res = CliRunner().invoke(evaluate, ["-m", str(trees_model), "--no-baseline", "--format", "json",
+                                        "--data", str(data / "synth4.zst")])
+    assert res.exit_code == 0, res.output
+    assert "(fusion task, gbdt, " in res.stderr and json.loads(res.stdout)
 
 
 def test_bad_tree_arrays_are_a_bad_model_file(trees_model, tmp_path):

@@ -139,7 +139,7 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
         memory_mb, seed,
         device, threads, max_time, ema, learner, trees, leaves, gnn, layers, hidden, opcode_dim, neighbors, aggregate,
         directed, normalize, kernel_head, reduction, heads, seq_layers, dropout, resume, keep_state, name, quiet):
-    """Train a performance model (a graph neural network) on measured kernels.
+    """Train a performance model (a graph neural network, or trees) on measured kernels.
 
     Reads graph records with runtime_ns (featurize, then measure: node_opcode,
     node_feat, edge_index, kernel_feat, config_feat) from the shards given
@@ -160,6 +160,17 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
     features also reach the final layer directly (--kernel-head, so runtimes
     extrapolate to kernels larger than the training data's); the saved
     weights are an exponential moving average of the trained ones (--ema).
+
+    --learner gbdt fits gradient-boosted trees instead (LightGBM, an
+    optional extra: pip install 'tpuperf[gbdt]'), on one row per kernel: its
+    kernel features, the sum, mean and max of each scaled node feature, its
+    opcode counts, node and edge counts. The log runtime is fitted with L2
+    (--lr is the shrinkage, default 0.03; --trees, --leaves); training stops
+    after --patience trees (50 unless given) without a better validation
+    loss, in one process. The trees are stored as arrays in the model file
+    (version 3) and predict runs them in numpy, without LightGBM or torch.
+    Options of the network (--gnn, --hidden, --epochs, ...) do not apply;
+    --resume, --task tile and --loss other than mse are refused.
 
     --task fusion (default) fits the log runtime with MSE. --task tile
     learns to rank the tile configurations of each kernel (records sharing
