@@ -202,7 +202,9 @@ def main():
     m = models["numpy"]
     print(f"machine: {os.cpu_count()} cores ({_cpu()}), {args.threads} math thread(s), "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"model {m.name}: {m.cfg.gnn} x{m.cfg.layers}, {m.cfg.reduction}, hidden {m.cfg.hidden}; "
+    net = m.kind if m.kind.startswith("gbdt") else \
+        f"{m.cfg.gnn} x{m.cfg.layers}, {m.cfg.reduction}, hidden {m.cfg.hidden}"
+    print(f"model {m.name}: {net}; "
           f"input: {n} {source} ({nu} distinct graphs), {len(data) / n:.0f} bytes/record")
     print(f"start-up   score (reference)              {start_score:6.2f} s   (median {start_score_med:.2f} s)")
     print(f"start-up   predict (numpy engine)         {start_np:6.2f} s   (median {start_np_med:.2f} s; "

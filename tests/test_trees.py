@@ -134,13 +134,14 @@ def test_show_model_and_eval_name_the_trees(trees_model, data):
 
 
 def test_bad_tree_arrays_are_a_bad_model_file(trees_model, tmp_path):
-    d = torch.load(trees_model, weights_only=True)
-    d["state_dict"]["left"][0] = 10 ** 6
-    bad = tmp_path / "bad.pt"
-    torch.save(d, bad)
-    for engine in ("numpy", "dgl"):
-        with pytest.raises(TpuperfError, match="bad model file .*points past"):
-            load_model(str(bad), engine=engine)
+    for node, value, said in ((0, 10 ** 6, "points past"), (1, 0, "points back up")):
+        d = torch.load(trees_model, weights_only=True)
+        d["state_dict"]["left"][node] = value       # past the arrays; a loop (a walk never ends)
+        bad = tmp_path / "bad.pt"
+        torch.save(d, bad)
+        for engine in ("numpy", "dgl"):
+            with pytest.raises(TpuperfError, match=f"bad model file .*{said}"):
+                load_model(str(bad), engine=engine)
 
 
 def test_ensemble_refuses_trees(trees_model, tmp_path):

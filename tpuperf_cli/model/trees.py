@@ -110,9 +110,17 @@ class TreeNet:
         inner, leaves = self.feature.size, self.leaf_value.size
         if not (self.threshold.size == self.left.size == self.right.size == inner):
             raise ValueError("tree arrays of unequal lengths")
+        # the children of node i at 2i (left) and 2i + 1 (right)
+        self.children = np.stack([self.left, self.right], axis=1).ravel()
         children = np.concatenate([self.roots, self.left, self.right])
         if children.size and (children.max() >= inner or (~children[children < 0]).max(initial=-1) >= leaves):
             raise ValueError("a tree points past its nodes")
+        # nodes are stored parent first (from_lightgbm), so a walk always ends
+        down = np.arange(inner)
+        if ((self.left >= 0) & (self.left <= down)).any() or ((self.right >= 0) & (self.right <= down)).any():
+            raise ValueError("a tree points back up")
+        if inner and self.feature.min() < 0:
+            raise ValueError("a split on a negative feature")
 
     def eval(self) -> TreeNet:
         return self
@@ -124,19 +132,28 @@ class TreeNet:
         if rows.shape[1] <= (self.feature.max() if self.feature.size else -1):
             raise ValueError(f"rows of {rows.shape[1]} features; the trees read "
                              f"{self.feature.max() + 1}")
-        x = rows.astype(np.float64)
-        out = np.zeros(rows.shape[0], np.float64)
+        n, width = rows.shape
+        flat = rows.astype(np.float64).ravel()
+        out = np.zeros(n, np.float64)
         for start in range(0, self.roots.size, 256):      # bounded memory: rows x 256 trees
-            node = np.broadcast_to(self.roots[start:start + 256], (rows.shape[0],
-                                   min(256, self.roots.size - start))).copy()
-            row = np.broadcast_to(np.arange(rows.shape[0])[:, None], node.shape)
-            inner = node >= 0
-            while inner.any():
-                at = node[inner]
-                go_left = x[row[inner], self.feature[at]] <= self.threshold[at]
-                node[inner] = np.where(go_left, self.left[at], self.right[at])
-                inner = node >= 0
-            out += self.leaf_value[~node].sum(axis=1)
+            roots = self.roots[start:start + 256]
+            # every (row, tree) walks down; those that reach a leaf leave the
+            # arrays, so each level costs only the walks still going
+            node = np.tile(roots, n)
+            base = np.repeat(np.arange(n, dtype=np.int64) * width, roots.size)
+            slot = np.arange(node.size)
+            leaf = np.empty(node.size, np.int64)
+            while True:
+                done = node < 0
+                if done.any():
+                    leaf[slot[done]] = ~node[done]
+                    going = ~done
+                    node, base, slot = node[going], base[going], slot[going]
+                if not node.size:
+                    break
+                go_right = flat[base + self.feature[node]] > self.threshold[node]
+                node = self.children[2 * node + go_right]
+            out += self.leaf_value[leaf].reshape(n, roots.size).sum(axis=1)
         return out
 
 
