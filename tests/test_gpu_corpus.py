@@ -149,3 +149,27 @@ def test_the_gpu_session_script_runs_its_steps_on_cpu(tmp_path):
                    "corpus-gpu-kernels-2.tar.xz", "corpus-gpu-kernels-3.tar.xz",
                    "corpus-gpu-meta.tar.xz", "noise.json"]
     assert json.loads((tmp_path / "out" / "noise.json").read_text())["kernels"] > 0
+
+
+def test_train_gpu_model_script_rebuilds_the_bundled_model(tmp_path):
+    """examples/train_gpu_model.sh makes the bundled GPU model again: the
+    same trees, up to another CPU's floating point in the features."""
+    import numpy as np
+
+    from tpuperf_cli.model.examples import example
+    from tpuperf_cli.model.predict import load_model
+
+    out = tmp_path / "gpu.pt"
+    res = subprocess.run(["sh", str(ROOT / "examples/train_gpu_model.sh")], capture_output=True, text=True,
+                         env={**os.environ, "PY": sys.executable, "OUT": str(out)}, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "gradient-boosted trees" in res.stderr and "split random.json 'test'" in res.stdout
+    assert json.loads((tmp_path / "gpu.target.json").read_text())["target"]["device_kind"] == "NVIDIA H200"
+    bundled = load_model(str(ROOT / "tpuperf_cli/data/gpu-nvidia-h200.pt"))
+    rebuilt = load_model(str(out))
+    assert abs(rebuilt.cfg.trees - bundled.cfg.trees) <= bundled.cfg.trees // 10
+    test = json.loads((ROOT / "examples/splits/random.json").read_text())["test"]
+    records = [r for name in test for r in read_records(str(ROOT / f"examples/corpus-gpu/graphs/{name}.zst"))]
+    examples = [example(r, i) for i, r in enumerate(records, 1)]
+    ratio = rebuilt.predict_examples(examples) / bundled.predict_examples(examples)
+    assert np.median(np.abs(ratio - 1)) < 0.01, np.median(np.abs(ratio - 1))
