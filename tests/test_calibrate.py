@@ -390,3 +390,27 @@ def test_join_average_makes_one_network_of_the_fits_mean_weights():
             want = np.mean([s[name].numpy() for s in states], axis=0)
             assert np.allclose(value.numpy(), want, atol=1e-6), name
     assert np.all(np.isfinite(result["model"].predict_examples(examples)))
+
+
+def test_a_tree_base_is_calibrated_into_trees(tmp_path):
+    """calibrate of a gradient-boosted trees base (train --learner gbdt)
+    times kernels here, adapts with scale and boost, and writes trees."""
+    import torch
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in SMALL:
+        shutil.copy(GRAPHS / f"{name}.zst", corpus)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_DATA_HOME=str(tmp_path / "data"))
+    base = tmp_path / "trees.pt"
+    res = run(["train", "--learner", "gbdt", "--data", str(corpus / "*.zst"), "--trees", "50", "-q",
+               "-o", str(base)], env)
+    assert res.returncode == 0, res.stderr.decode()
+    res = run(["calibrate", "--model", str(base), "--budget", "20s", "--max-kernels", "16", "--samples",
+               "1", "--corpus", str(corpus), "--cache-dir", str(tmp_path / "cache"), "-o",
+               str(tmp_path / "cal.pt")], env)
+    assert res.returncode == 0, res.stderr.decode()
+    d = torch.load(tmp_path / "cal.pt", weights_only=True)
+    assert d["config"]["learner"] == "gbdt" and d["config"]["trees"] >= 50
+    assert d["trained"]["calibrated"]["method"] in ("base", "scale", "boost")
+    assert d["target"]["platform"] == "cpu" and d["trained"]["calibrated"]["base"].startswith("trees-")

@@ -167,9 +167,38 @@ def test_gbdt_without_lightgbm_says_what_to_install(data, tmp_path, monkeypatch)
     assert code == 2 and "tpuperf[gbdt]" in said
 
 
-def test_calibrate_refuses_a_trees_base(trees_model, tmp_path):
+def test_calibrate_refuses_network_methods_for_trees(trees_model, tmp_path):
     from tpuperf_cli.commands.calibrate import cli
 
-    code, said = outcome(CliRunner().invoke(cli, ["--model", str(trees_model), "--budget", "1m", "-o",
-                                                  str(tmp_path / "c.pt")]))
-    assert code == 1 and "gradient-boosted trees" in said, said
+    code, said = outcome(CliRunner().invoke(cli, ["--model", str(trees_model), "--methods", "scale,head",
+                                                  "--budget", "1m", "-o", str(tmp_path / "c.pt")]))
+    assert code == 1 and "gradient-boosted trees; method(s) head adapt networks" in said, said
+    assert "scale, boost" in said
+
+
+def test_calibrate_boosts_a_tree_model_with_more_trees(trees_model, data, tmp_path):
+    """adapt on a tree base: `boost` appends trees fitted to the base's
+    errors on another machine's timings; the result saves and loads as a
+    tree model that predicts the same."""
+    from tpuperf_cli.calibrate import TREE_METHODS, adapt
+    from tpuperf_cli.model.predict import build, read_model_file, save_atomic
+    from tpuperf_cli.model.trees import tree_model_dict
+
+    records = [r for p in range(5) for r in read_records(str(data / f"synth{p}.zst"))]
+    examples = [example(r, i, "measured") for i, r in enumerate(records, 1)]
+    for i, ex in enumerate(examples):
+        ex.program = f"p{i % 10}"
+        # another machine: slower by a factor that grows with the kernel's node count
+        ex.runtime = ex.runtime * (1.0 + 0.4 * ex.n)
+    base = build(read_model_file(str(trees_model)), str(trees_model))
+    result = adapt(base, examples, log=lambda m: None, seconds=60, methods=TREE_METHODS, threads=1)
+    model = result["model"]
+    assert result["method"] == "boost" and result["members"] == 1, result["scores"]
+    assert result["scores"]["boost"] < 0.5 * result["scores"]["base"], result["scores"]
+    assert model.cfg.trees > base.cfg.trees
+    np.testing.assert_array_equal(model.net.roots[:base.cfg.trees], base.net.roots)
+    assert base.net.roots.size == base.cfg.trees           # the base itself is left alone
+    path = tmp_path / "cal.pt"
+    save_atomic(tree_model_dict(model.net.cfg, model.net.arrays(), model.scaler, "cal", CPU, {}), path)
+    np.testing.assert_allclose(load_model(str(path)).predict_examples(examples),
+                               model.predict_examples(examples), rtol=1e-12)

@@ -82,6 +82,7 @@ from tpuperf_cli.model.data import is_generated
 from tpuperf_cli.records import FINGERPRINT, HLO, PROGRAM, RUNTIME_NS, TARGET
 
 METHODS = ("scale", "head", "finetune")
+TREE_METHODS = ("scale", "boost")   # a base of gradient-boosted trees (train --learner gbdt)
 BATCH = 16                 # kernels timed together (measure --batch): the deadline is checked between
 # epochs of head and finetune: the budget bounds them, and validation stops
 # them early (patience) so that time left once the corpus's kernels are all
@@ -661,12 +662,18 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
             params, lr = TRAINED[method]
             m, epochs_of[method] = scaled.train(scaled.copy(), fit, valid, params, lr,
                                                 min(left, fit_time * share[method]))
+        elif method == "boost":
+            from tpuperf_cli.model.trees import boost
+
+            m, added = boost(scaled.copy(), fit, valid, lambda _line: None, min(left, fit_time),
+                             threads or 1, seed)
         else:
             raise TpuperfError(f"unknown adaptation method {method!r}")
         models[method], scores[method] = m, score(m)
         log(f"calibrate: {method}: validation program MAPE {scores[method]:.1f}% "
             f"(base {scores['base']:.1f}%)"
             + (f", best after {epochs_of[method]} epoch(s)" if method in epochs_of else "")
+            + (f", {added} trees added" if method == "boost" else "")
             + f", {time.monotonic() - t0:.0f}s")
     ranked = sorted((s if not math.isnan(s) else math.inf, i, k)
                     for i, (k, s) in enumerate(scores.items()))
@@ -720,10 +727,16 @@ def calibrate(opts: Options, log) -> dict:
     if base_fast.task != "fusion":
         raise TpuperfError(f"model {base_path}: a {base_fast.task}-task model; calibrate adapts "
                            f"fusion-task models (runtimes), not tile rankings")
-    if base_fast.kind.startswith("gbdt"):
-        raise TpuperfError(f"model {base_path}: gradient-boosted trees; calibrate adapts networks "
-                           f"(to fit trees to this machine, measure a corpus here and "
-                           f"`tpuperf train --learner gbdt`)")
+    trees = base_fast.kind.startswith("gbdt")
+    methods = opts.methods
+    if trees and methods == METHODS:
+        methods = TREE_METHODS          # the default for a network: its counterpart for trees
+    allowed = TREE_METHODS if trees else METHODS
+    wrong = [m for m in methods if m not in allowed]
+    if wrong:
+        raise TpuperfError(f"model {base_path}: {'gradient-boosted trees' if trees else 'a network'}; "
+                           f"method(s) {', '.join(wrong)} adapt {'networks' if trees else 'trees'} "
+                           f"(for this model: {', '.join(allowed)})")
 
     shards = corpus_shards(opts.corpus) if opts.corpus or not opts.generate or default_corpus() \
         else []
@@ -817,7 +830,7 @@ def calibrate(opts: Options, log) -> dict:
     before = figures(Fitter.predict(base, test), truth, groups)
     reserve = 2.0 + 0.01 * opts.budget_s    # the figures after, saving the model file
     result = adapt(base, train, lambda m: log(f"{m}; {clock_text(budget.left())} left"),
-                   max(1.0, budget.left() - reserve), opts.methods, opts.seed, opts.threads,
+                   max(1.0, budget.left() - reserve), methods, opts.seed, opts.threads,
                    join=opts.join)
     model = result["model"]
     after = figures(Fitter.predict(model, test), truth, groups)
@@ -834,8 +847,13 @@ def calibrate(opts: Options, log) -> dict:
         "before": before, "after": after, "budget_s": opts.budget_s,
         "seconds": budget.spent(), "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    d = model_dict(model.net, model.scaler, name, "fusion", base_fast.meta.get("loss") or "mse",
-                   target, trained)
+    if trees:
+        from tpuperf_cli.model.trees import tree_model_dict
+
+        d = tree_model_dict(model.net.cfg, model.net.arrays(), model.scaler, name, target, trained)
+    else:
+        d = model_dict(model.net, model.scaler, name, "fusion", base_fast.meta.get("loss") or "mse",
+                       target, trained)
     # written whole even under Ctrl-C: a model file half-replaced helps nobody
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:

@@ -66,7 +66,9 @@ def parse_budget(ctx, param, text):
 @click.option("--max-kernels", type=click.IntRange(2), metavar="N",
               help="Use at most N kernels (a quick run).")
 @click.option("--methods", default="scale,head,finetune", show_default=True,
-              help="Adaptation methods to try, comma-separated (scale, head, finetune).")
+              help="Adaptation methods to try, comma-separated: scale, head, finetune for a "
+                   "network; scale, boost for gradient-boosted trees (the default for a tree "
+                   "base: both).")
 @click.option("--join", type=click.Choice(["ensemble", "average"]), default="ensemble",
               show_default=True,
               help="How the winning method's fits on several splits become one model: an "
@@ -114,6 +116,12 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     weights, faster to predict with, a little less accurate so far).
     benchmarks/bench_calibrate.py compares them.
 
+    A base of gradient-boosted trees (`tpuperf train --learner gbdt`, the
+    bundled GPU model) is adapted by `scale` and `boost`: more trees,
+    fitted to what the base gets wrong on the kernels timed here, stopped
+    on the validation programs and appended to the base's trees (one
+    fit); the calibrated model is trees too.
+
     Without --output the model goes to $XDG_DATA_HOME/tpuperf/models/ (default
     ~/.local/share/tpuperf/models/), named by target; from then on
     `predict`, `eval -m default` and so `score` pipelines use it by default
@@ -134,13 +142,14 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     Exit status: 0 on success, 1 on an error (no corpus, nothing measured,
     a bad model), 130 when interrupted.
     """
-    from tpuperf_cli.calibrate import METHODS, Options, calibrate, figures_text, joined_text
+    from tpuperf_cli.calibrate import METHODS, TREE_METHODS, Options, calibrate, figures_text, joined_text
 
+    known = METHODS + tuple(m for m in TREE_METHODS if m not in METHODS)
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
-    wrong = [m for m in chosen if m not in METHODS]
+    wrong = [m for m in chosen if m not in known]
     if wrong or not chosen:
         raise click.BadParameter(f"{','.join(wrong) or methods!r}: expected some of "
-                                 f"{', '.join(METHODS)}", param_hint="--methods")
+                                 f"{', '.join(known)}", param_hint="--methods")
 
     def log(msg):
         if not quiet:

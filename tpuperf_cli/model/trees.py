@@ -125,6 +125,12 @@ class TreeNet:
     def eval(self) -> TreeNet:
         return self
 
+    def arrays(self) -> dict:
+        """The trees as a model file stores them (TREE_ARRAYS)."""
+        return {"roots": self.roots.astype(np.int32), "feature": self.feature.astype(np.int32),
+                "threshold": self.threshold, "left": self.left.astype(np.int32),
+                "right": self.right.astype(np.int32), "leaf_value": self.leaf_value}
+
     def __call__(self, b) -> np.ndarray:
         return self.predict_rows(pooled_rows(b, self.cfg.num_opcodes))
 
@@ -276,6 +282,52 @@ def fit(train_rows, train_y, weights, valid_rows, valid_y, opts: TreeOptions,
                              valid_names=names, callbacks=[watch])
     keep = best["round"] if sets else booster.current_iteration()
     return booster, keep, best.get("stopped", "trees")
+
+
+def joined_arrays(first: dict, then: dict) -> dict:
+    """The trees of `first` followed by those of `then`, as one model's
+    arrays: their predictions add up."""
+    inner, leaves = first["feature"].size, first["leaf_value"].size
+
+    def moved(child):
+        child = np.asarray(child, np.int64)
+        return np.where(child >= 0, child + inner, child - leaves).astype(np.int32)
+
+    return {"roots": np.concatenate([first["roots"], moved(then["roots"])]).astype(np.int32),
+            "feature": np.concatenate([first["feature"], then["feature"]]).astype(np.int32),
+            "threshold": np.concatenate([first["threshold"], then["threshold"]]),
+            "left": np.concatenate([first["left"], moved(then["left"])]).astype(np.int32),
+            "right": np.concatenate([first["right"], moved(then["right"])]).astype(np.int32),
+            "leaf_value": np.concatenate([first["leaf_value"], then["leaf_value"]])}
+
+
+BOOST = TreeOptions(trees=1000, leaves=15, lr=0.05, patience=30, min_leaf=20)
+
+
+def boost(model, fit_examples: Sequence, valid_examples: Sequence, progress: Callable[[str], None],
+          seconds: float = 0.0, threads: int = 1, seed: int = 0):
+    """calibrate's method for a tree model: more trees, fitted to what the
+    model gets wrong on fit_examples (the log runtime it predicts, in its
+    own scaling, against the one measured), stopped on valid_examples,
+    appended to its trees. Returns (the model, changed in place; the
+    number of trees added)."""
+    from dataclasses import replace
+
+    net = model.net
+    cfg = net.cfg
+    x, y, _ = rows_and_targets(fit_examples, model.scaler, model.lut, cfg.neighbors, cfg.num_opcodes)
+    xv = yv = None
+    if valid_examples:
+        xv, yv, _ = rows_and_targets(valid_examples, model.scaler, model.lut, cfg.neighbors,
+                                     cfg.num_opcodes)
+        yv = yv - net.predict_rows(xv)
+    opts = replace(BOOST, threads=threads, seed=seed, trees=BOOST.trees if xv is not None else 100)
+    booster, keep, _ = fit(x, y - net.predict_rows(x), None, xv, yv, opts, progress, seconds)
+    arrays = joined_arrays(net.arrays(), from_lightgbm(booster, keep))
+    model.net = TreeNet(replace(cfg, trees=int(arrays["roots"].size)), arrays)
+    model.cfg = model.net.cfg
+    model._memo.clear()
+    return model, keep
 
 
 def digest(arrays: dict) -> str:
