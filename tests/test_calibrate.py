@@ -414,3 +414,25 @@ def test_a_tree_base_is_calibrated_into_trees(tmp_path):
     assert d["config"]["learner"] == "gbdt" and d["config"]["trees"] >= 50
     assert d["trained"]["calibrated"]["method"] in ("base", "scale", "boost")
     assert d["target"]["platform"] == "cpu" and d["trained"]["calibrated"]["base"].startswith("trees-")
+
+
+def test_on_a_gpu_calibrate_starts_from_the_gpu_model_and_corpus():
+    """--backend gpu without --model or --corpus: the bundled H200 model,
+    and the GPU corpus's kernel records, featurized as they are read."""
+    import numpy as np
+
+    from tpuperf_cli.calibrate import corpus_shards, default_base, load_candidates
+    from tpuperf_cli.model.examples import example
+    from tpuperf_cli.model.predict import load_model
+
+    assert pathlib.Path(default_base("gpu")[0]).name == "gpu-nvidia-h200.pt"
+    for backend in ("cpu", "tpu", None):
+        assert pathlib.Path(default_base(backend)[0]).name == "default.pt"
+    shards = corpus_shards((), "gpu")
+    assert all(pathlib.Path(s).parent == ROOT / "examples/corpus-gpu/kernels" for s in shards)
+    assert pathlib.Path(corpus_shards((), "cpu")[0]).parent == GRAPHS
+    candidates = load_candidates([s for s in shards if s.endswith("mlp_s_train.zst")])
+    assert candidates and all(c.record["type"] == "graph" and "node_feat" in c.record for c in candidates)
+    assert any(c.corpus_ns for c in candidates)       # the H200's timings size the strata
+    pred = load_model(default_base("gpu")[0]).predict_examples([example(c.record) for c in candidates])
+    assert np.all(np.isfinite(pred)) and np.all(pred > 0)

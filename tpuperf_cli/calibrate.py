@@ -146,24 +146,42 @@ def clock_text(seconds: float) -> str:
 
 # ---------------------------------------------------------------- candidates
 
-def default_corpus() -> str | None:
-    """examples/corpus/graphs of the checkout tpuperf runs from, if there is one."""
+def default_corpus(backend: str | None = "cpu") -> str | None:
+    """The checkout's corpus for the backend, if tpuperf runs from a checkout:
+    on gpu the GPU corpus's kernels (examples/corpus-gpu/kernels, featurized
+    as they are read), else the CPU corpus's graphs (examples/corpus/graphs;
+    there is no TPU corpus)."""
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.path.join(here, "examples", "corpus", "graphs")
+    parts = ("corpus-gpu", "kernels") if backend == "gpu" else ("corpus", "graphs")
+    path = os.path.join(here, "examples", *parts)
     return path if os.path.isdir(path) else None
 
 
-def corpus_shards(corpus) -> list[str]:
+def default_base(backend: str | None = "cpu") -> tuple[str, str]:
+    """(path, why) of the model calibrate adapts when none is named: the
+    bundled model of the backend's platform (the H200's on gpu), else the
+    bundled CPU model."""
+    from tpuperf_cli.model import default_model_path
+    from tpuperf_cli.model.calibrated import bundled_of_platform
+
+    near = bundled_of_platform(backend)
+    if near:
+        return near[0], f"the bundled {backend} model"
+    return default_model_path(), "the bundled model"
+
+
+def corpus_shards(corpus, backend: str | None = "cpu") -> list[str]:
     """The graph shards of --corpus: a directory, a shard, or a list of
     them (e.g. the checkout's corpus and `tpuperf generate | featurize`
-    output); None: the checkout's corpus."""
+    output); None: the checkout's corpus for the backend (default_corpus).
+    Shards of kernel records (not featurized) are featurized as they are read."""
     paths = [corpus] if isinstance(corpus, str) else list(corpus or [])
     if not paths:
-        if default_corpus() is None:
+        if default_corpus(backend) is None:
             raise TpuperfError("no corpus to choose kernels from: this is not a checkout of "
                                "tpuperf (examples/corpus/graphs); give --corpus DIR of "
                                "featurized graph shards")
-        paths = [default_corpus()]
+        paths = [default_corpus(backend)]
     shards = []
     for path in paths:
         if os.path.isfile(path):
@@ -209,6 +227,7 @@ class Candidate:
 def load_candidates(shards: list[str], exclude_programs=()) -> list[Candidate]:
     """The distinct kernels of the shards with hlo text, by fingerprint;
     kernels of any excluded program are left out."""
+    from tpuperf_cli.features import featurize_kernel
     from tpuperf_cli.stream import read_records
 
     exclude = set(exclude_programs)
@@ -216,6 +235,13 @@ def load_candidates(shards: list[str], exclude_programs=()) -> list[Candidate]:
     dropped = set()
     for shard in shards:
         for record in read_records(shard):
+            if record.get("type") == "kernel" and record.get(HLO) and record.get(FINGERPRINT) \
+                    and record.get(FINGERPRINT) not in by_fp:
+                try:            # a corpus of kernel records (the GPU corpus's)
+                    record.update(featurize_kernel(record))
+                    record["type"] = "graph"
+                except TpuperfError:
+                    continue    # one featurize cannot read: not a candidate
             if record.get("type") != "graph" or not record.get(HLO):
                 continue
             fp = str(record.get(FINGERPRINT) or "")
@@ -720,9 +746,8 @@ def calibrate(opts: Options, log) -> dict:
 
     base_path = opts.model
     if base_path is None:
-        from tpuperf_cli.model import default_model_path
-
-        base_path = default_model_path()
+        base_path, why = default_base(opts.backend)
+        log(f"calibrate: adapting {why} ({base_path})")
     base_fast = load_model(base_path, engine="auto", threads=opts.threads)
     if base_fast.task != "fusion":
         raise TpuperfError(f"model {base_path}: a {base_fast.task}-task model; calibrate adapts "
@@ -738,8 +763,8 @@ def calibrate(opts: Options, log) -> dict:
                            f"method(s) {', '.join(wrong)} adapt {'networks' if trees else 'trees'} "
                            f"(for this model: {', '.join(allowed)})")
 
-    shards = corpus_shards(opts.corpus) if opts.corpus or not opts.generate or default_corpus() \
-        else []
+    shards = corpus_shards(opts.corpus, opts.backend) \
+        if opts.corpus or not opts.generate or default_corpus(opts.backend) else []
     candidates = load_candidates(shards, opts.exclude_programs)
     if opts.generate:
         seen = {c.record[FINGERPRINT] for c in candidates}

@@ -30,7 +30,8 @@ def parse_budget(ctx, param, text):
               help="Wall clock for the whole run (10m, 90s, 1h; a bare number is seconds): "
                    "--measure-share of it for timing, the rest for adapting.")
 @click.option("--model", "-m", "model", metavar="FILE",
-              help="Base model to adapt [default: the bundled model].")
+              help="Base model to adapt [default: the bundled model of the backend's platform: "
+                   "gpu-nvidia-h200 with --backend gpu, else the bundled CPU model].")
 @click.option("-o", "--output", "out", cls=AliasOption, hidden_aliases=["--out"], metavar="FILE",
               type=click.Path(dir_okay=False),
               help="Write the model here [default: $XDG_DATA_HOME/tpuperf/models/TARGET.pt, "
@@ -40,8 +41,10 @@ def parse_budget(ctx, param, text):
                    "~/.cache/tpuperf].")
 @click.option("--corpus", type=click.Path(exists=True), multiple=True,
               help="Featurized graph shards to choose kernels from: a directory of *.zst, or a "
-                   "shard (e.g. `tpuperf generate ... | featurize -o gen.zst`); repeat for "
-                   "several [default: examples/corpus/graphs of the checkout].")
+                   "shard (e.g. `tpuperf generate ... | featurize -o gen.zst`; kernel records "
+                   "are featurized as they are read); repeat for several [default: the "
+                   "checkout's examples/corpus/graphs; with --backend gpu the GPU corpus, "
+                   "examples/corpus-gpu/kernels].")
 @click.option("--generate", "generate", type=click.IntRange(0), default=0, metavar="N",
               help="Also choose among N kernels of `tpuperf generate --source ops` (single "
                    "operations of many kinds and sizes, made and featurized here). Generated "
@@ -84,7 +87,8 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     """Adapt a model to this machine within a time budget.
 
     Chooses kernels of the corpus (the checkout's examples/corpus/graphs,
-    or --corpus: any featurized graph shards, such as the kernels of
+    or with --backend gpu the GPU corpus's kernels, or --corpus: any
+    featurized graph shards, such as the kernels of
     `tpuperf generate` piped through featurize; --generate N makes N
     kernels of `tpuperf generate --source ops` itself), times them here
     with measure's steady settings (one pinned CPU, the process clock on

@@ -119,7 +119,7 @@ def bundled_model(name: str) -> str | None:
     return path if os.path.isfile(path) else None
 
 
-def _bundled_of_platform(platform) -> tuple[str, str] | None:
+def bundled_of_platform(platform) -> tuple[str, str] | None:
     """(path, why) of a bundled model of another device of the records'
     accelerator platform (an H100's records and the H200's model): nearer
     to them than the CPU model. None on CPU, or when there is none."""
@@ -145,7 +145,7 @@ def default_choice(records_target: dict | None = None) -> tuple[str, str]:
         path = find_calibrated(records_target, bundled_dir())
         if path:
             return path, "bundled for the records' target"
-        near = _bundled_of_platform(records_target.get("platform"))
+        near = bundled_of_platform(records_target.get("platform"))
         if near:
             return near
         return default_model_path(), "the bundled model; no calibrated model for the records' target"
