@@ -134,9 +134,10 @@ def test_show_model_and_eval_name_the_trees(trees_model, data):
 
 
 def test_bad_tree_arrays_are_a_bad_model_file(trees_model, tmp_path):
-    for node, value, said in ((0, 10 ** 6, "points past"), (1, 0, "points back up")):
+    for key, node, value, said in (("left", 0, 10 ** 6, "points past"), ("left", 1, 0, "points back up"),
+                                   ("feature", 0, 10 ** 6, "a feature the rows do not have")):
         d = torch.load(trees_model, weights_only=True)
-        d["state_dict"]["left"][node] = value       # past the arrays; a loop (a walk never ends)
+        d["state_dict"][key][node] = value       # past the arrays; a loop (a walk never ends); ...
         bad = tmp_path / "bad.pt"
         torch.save(d, bad)
         for engine in ("numpy", "dgl"):

@@ -68,8 +68,9 @@ def is_tree_config(config: object) -> bool:
     return isinstance(config, dict) and config.get("learner") == LEARNER
 
 
-def row_width(kernel_width: int, num_opcodes: int) -> int:
-    return kernel_width + 3 * NODE_FEATURES + num_opcodes + 2
+def row_width(in_features: int, num_opcodes: int) -> int:
+    """Features of pooled_rows' rows for nodes of in_features scaled features."""
+    return (in_features - NODE_FEATURES) + 3 * NODE_FEATURES + num_opcodes + 2
 
 
 def pooled_rows(b, num_opcodes: int) -> np.ndarray:
@@ -119,8 +120,9 @@ class TreeNet:
         down = np.arange(inner)
         if ((self.left >= 0) & (self.left <= down)).any() or ((self.right >= 0) & (self.right <= down)).any():
             raise ValueError("a tree points back up")
-        if inner and self.feature.min() < 0:
-            raise ValueError("a split on a negative feature")
+        if inner and (self.feature.min() < 0
+                      or self.feature.max() >= row_width(cfg.in_features, cfg.num_opcodes)):
+            raise ValueError("a split on a feature the rows do not have")
 
     def eval(self) -> TreeNet:
         return self
