@@ -71,5 +71,5 @@ def test_tour_runs_as_written(tmp_path):
                                    + p.stderr.decode()[-3000:])
     for made in ("prog.hlo", "shards/prog.zst", "split.json", "model.pt", "baseline.json",
                  "eval.png", "tile-train.msgpack", "tile-test.msgpack", "tile.pt",
-                 "shortlist.msgpack"):
+                 "shortlist.msgpack", "trees.pt"):
         assert (work / made).is_file() and (work / made).stat().st_size > 0, made
