@@ -203,3 +203,14 @@ def test_calibrate_boosts_a_tree_model_with_more_trees(trees_model, data, tmp_pa
     save_atomic(tree_model_dict(model.net.cfg, model.net.arrays(), model.scaler, "cal", CPU, {}), path)
     np.testing.assert_allclose(load_model(str(path)).predict_examples(examples),
                                model.predict_examples(examples), rtol=1e-12)
+
+
+def test_fit_stops_at_the_time_limit_with_the_best_trees_so_far():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(300, 6)).astype(np.float32)
+    y = x[:, 0] + 0.1 * rng.normal(size=300)
+    booster, keep, stopped = fit(x[:200], y[:200], None, x[200:], y[200:],
+                                 TreeOptions(trees=2000, leaves=4, patience=2000), lambda _: None,
+                                 max_time=1e-9)
+    assert stopped.startswith("time limit") and keep == 1
+    assert from_lightgbm(booster, keep)["roots"].size == 1
