@@ -90,6 +90,9 @@ BATCH = 16                 # kernels timed together (measure --batch): the deadl
 MAX_EPOCHS = 400
 PATIENCE = 20
 MEMBERS = 3                # the winning method fitted on this many splits, joined
+# the budget's share for timing: a network's fits need the rest; trees are
+# boosted in seconds, so a tree base times kernels nearly all the time
+MEASURE_SHARE = {"network": 0.6, "trees": 0.95}
 MAX_CORPUS_NS = 50e6       # kernels slower than this (where the corpus timed them) cost too much to time
 
 
@@ -108,7 +111,7 @@ class Options:
     compile_jobs: int | None = None   # as measure --compile-jobs; None: its default (a pool of
                                       # every CPU when timing on one pinned CPU)
     holdout: float = 0.2
-    measure_share: float = 0.6
+    measure_share: float | None = None   # of the budget for timing; None: MEASURE_SHARE
     more: bool = False                # time more kernels even when the cache holds enough
     min_cached: int = 40              # kernels in the cache that make a second run adapt at once
     max_kernels: int | None = None    # at most this many kernels (a quick run, tests)
@@ -820,7 +823,8 @@ def calibrate(opts: Options, log) -> dict:
             # the measuring share of what is left once the fixed costs of
             # adapting (loading torch and the network, scoring, saving) are set aside
             fixed = 8.0 + 0.02 * opts.budget_s
-            until = budget.spent() + opts.measure_share * max(0.0, budget.left() - fixed)
+            share = opts.measure_share or MEASURE_SHARE["trees" if trees else "network"]
+            until = budget.spent() + share * max(0.0, budget.left() - fixed)
             measured.extend(measure_in_order(ordered, session, until, budget, skip, log, limit))
     except KeyboardInterrupt:
         log(f"calibrate: interrupted; {session.timed} kernel(s) timed now are kept in the cache "

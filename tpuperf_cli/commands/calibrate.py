@@ -58,8 +58,9 @@ def parse_budget(ctx, param, text):
                    "while the timing process waits; 0 compiles where the kernels are timed "
                    "(as measure --compile-jobs). CPU only. [default: one per CPU this "
                    "process may use]")
-@click.option("--measure-share", type=click.FloatRange(0.05, 0.95), default=0.6,
-              show_default=True, help="Share of the budget for timing kernels.")
+@click.option("--measure-share", type=click.FloatRange(0.05, 0.95), default=None,
+              help="Share of the budget for timing kernels [default: 0.6; 0.95 for a base of "
+                   "trees, which adapts in seconds].")
 @click.option("--holdout", type=click.FloatRange(0.0, 0.5), default=0.2, show_default=True,
               help="Share of the corpus's programs whose kernels are held out: scored before "
                    "and after, never fitted.")
