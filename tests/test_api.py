@@ -212,3 +212,34 @@ def test_the_readme_python_example_runs(capsys):
     exec(compile(block, "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert "vs fastest" in out and "default" in out and "no fusion" in out
+
+
+def test_a_program_compiled_for_a_gpu_gets_the_gpu_model_by_default(tmp_path, monkeypatch):
+    """model=None: for a program jax compiled for a GPU (its client says
+    "cuda"), the bundled GPU model, or one calibrated for GPUs here; the
+    CPU's default otherwise."""
+    import shutil
+
+    from tpuperf_cli import api
+    from tpuperf_cli.model.calibrated import write_sidecar
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    monkeypatch.setattr(api, "_MODELS", {})
+    root = pathlib.Path(__file__).resolve().parent.parent / "tpuperf_cli" / "data"
+    gpu = api.load_model(None, "cuda")
+    assert pathlib.Path(gpu.path).name == "gpu-nvidia-h200.pt" and "bundled for gpu" in gpu.chosen
+    for platform in (None, "cpu", "tpu"):
+        assert pathlib.Path(api.load_model(None, platform).path).name == "default.pt"
+    est = tp.estimate_hlo(str(pathlib.Path(__file__).parent / "data/hlo/xla_gpu_mlp_s_train.hlo"),
+                          model=gpu)
+    est.platform = "cuda"
+    api._check_target(est, gpu)
+    assert not [w for w in est.warnings if "compiled for" in w]
+    # a model calibrated for GPUs on this machine comes first
+    mine = tmp_path / "tpuperf" / "models" / "gpu-mine.pt"
+    mine.parent.mkdir(parents=True)
+    shutil.copy(root / "gpu-nvidia-h200.pt", mine)
+    target = json.loads((root / "gpu-nvidia-h200.target.json").read_text())["target"]
+    write_sidecar(str(mine), dict(target, device_kind="NVIDIA A100"), "gpu-mine")
+    monkeypatch.setattr(api, "_MODELS", {})
+    assert api.load_model(None, "gpu").path == str(mine)

@@ -11,7 +11,8 @@ several.
 
 Each runs what the tools run, in process: hlo-split's kernel splitting,
 featurize, predict (the default model: this machine's from `tpuperf calibrate`,
-else the bundled one; or model=PATH or a loaded model) and
+else the bundled one; for a program compiled for a GPU, a model calibrated
+for a GPU here, else the bundled GPU model; or model=PATH or a loaded model) and
 score's sum over kernels x their counts. The jitted function is lowered and
 compiled by the user's own jax, for the backend jax picks for those
 arguments (its default, or what the arguments and jax's settings say):
@@ -338,17 +339,31 @@ def compare(programs: Mapping[str, Any] | Iterable[Any], *args: Any, model: Mode
 _MODELS: dict[str, Any] = {}
 
 
-def load_model(model: ModelLike = None) -> "Model":
+def load_model(model: ModelLike = None, platform: str | None = None) -> "Model":
     """A loaded model (cached by path): None is the default model (the
-    model `tpuperf calibrate` wrote for this machine, else the bundled one)."""
+    model `tpuperf calibrate` wrote for this machine, else the bundled one;
+    for a program compiled for an accelerator `platform`, "gpu" or "tpu",
+    the newest model calibrated for that platform, else the bundled one of
+    that platform, when there is one)."""
     if _is_model(model):
         return model
+    from tpuperf_cli.model.calibrated import default_for_platform
     from tpuperf_cli.model.predict import load_model as _load
 
-    key = os.fspath(model) if model is not None else ""
+    key, why = (os.fspath(model) if model is not None else ""), None
+    if not key:
+        chosen = default_for_platform(_PLATFORMS.get(platform, platform))
+        if chosen:
+            key, why = chosen
     if key not in _MODELS:
         _MODELS[key] = _load(key or None)
+        if why:
+            _MODELS[key].chosen = why
     return _MODELS[key]
+
+
+# jax's client names for a GPU platform, as targets name it
+_PLATFORMS = {"cuda": "gpu", "rocm": "gpu"}
 
 
 # ---------------------------------------------------------------- the pipeline
@@ -362,7 +377,7 @@ def estimate_records(records: list[dict], program: str, model: ModelLike = None,
     from tpuperf_cli.model.predict import predict_records
 
     notes = warnings if warnings is not None else []
-    m = load_model(model)
+    m = load_model(model, platform)
     for r in records:
         r.update(featurize_kernel(r))
         r["type"] = "graph"
@@ -393,7 +408,7 @@ def _estimate_text(text, program, model, source, platform=None):
 def _check_target(est, model):
     target = model.target or {}
     want = target.get("platform")
-    if est.platform and want and est.platform != want:
+    if est.platform and want and _PLATFORMS.get(est.platform, est.platform) != want:
         est.warnings.append(f"the program was compiled for {est.platform} but model {model.name} "
                             f"was trained on {want} measurements: its figures are for {want}")
 

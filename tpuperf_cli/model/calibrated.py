@@ -132,6 +132,29 @@ def bundled_of_platform(platform) -> tuple[str, str] | None:
     return None
 
 
+def default_for_platform(platform: str | None) -> tuple[str, str] | None:
+    """(path, why) of the default model for a program compiled for an
+    accelerator `platform` ("gpu", "tpu") with nothing measured: the newest
+    model calibrated for that platform on this machine, else the bundled
+    one of that platform; None on CPU or when there is neither."""
+    if platform in (None, "cpu"):
+        return None
+    found = []
+    for target, model in _models(models_dir()):
+        if target.get("platform") == platform:
+            try:
+                found.append((os.path.getmtime(model), model))
+            except OSError:
+                continue
+    if found:
+        return max(found)[1], f"calibrated for {platform} (the program was compiled for {platform})"
+    for target, model in _models(bundled_dir()):
+        if target.get("platform") == platform:
+            return model, (f"bundled for {platform} ({target.get('device_kind')}; the program "
+                           f"was compiled for {platform})")
+    return None
+
+
 def default_choice(records_target: dict | None = None) -> tuple[str, str]:
     """(path, why) of the default model: the calibrated model of the records'
     target (or of this machine, for records without one), else the model
