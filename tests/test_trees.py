@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.model.examples import example
-from tpuperf_cli.stream import RecordWriter, read_records
+from tpuperf_cli.stream import RecordWriter, decode_array, read_records
 
 from conftest import stream_bytes
 from synthetic import synthetic_records
@@ -214,3 +214,16 @@ def test_fit_stops_at_the_time_limit_with_the_best_trees_so_far():
                                  max_time=1e-9)
     assert stopped.startswith("time limit") and keep == 1
     assert from_lightgbm(booster, keep)["roots"].size == 1
+
+
+def test_predict_warns_of_kernels_larger_than_the_trees_know(trees_model, data):
+    recs = list(read_records(str(data / "synth0.zst")))        # a training program
+    res = subprocess.run([PY, "-m", "tpuperf_cli", "predict", "-m", str(trees_model)],
+                         input=stream_bytes(recs), capture_output=True)
+    assert res.returncode == 0 and b"larger" not in res.stderr, res.stderr.decode()
+    for r in recs[:3]:
+        r["kernel_feat"] = decode_array(r["kernel_feat"]) * 1e4      # 10,000x the flops and bytes
+    res = subprocess.run([PY, "-m", "tpuperf_cli", "predict", "-m", str(trees_model)],
+                         input=stream_bytes(recs), capture_output=True)
+    err = res.stderr.decode()
+    assert res.returncode == 0 and "3 distinct kernel(s) are larger (flops or bytes)" in err, err

@@ -677,6 +677,7 @@ def _predicted(items, model, batch_size, name, warn):
     warn = warn or (lambda msg: print(msg, file=sys.stderr))
     warned = False
     checked = None              # the last target compared (records of a stream share one)
+    beyond = getattr(model.net, "beyond", None)     # trees count kernels past their data
     kf = model.scaler.kernel_features
     pending, raws, parts, numbers = [], [], [], []
     error = None
@@ -732,6 +733,10 @@ def _predicted(items, model, batch_size, name, warn):
         k = len(preds)
         yield pending[:k], raws[:k], preds
         error = problem or error
+    if beyond is not None and model.net.beyond > beyond:
+        warn(f"predict: warning: {model.net.beyond - beyond} distinct kernel(s) are larger (flops or "
+             f"bytes) than any model {model.name} was trained on; its trees cannot extrapolate, so "
+             f"they predict those as the largest they know (too fast, most likely)")
     if error is not None:
         raise error
 

@@ -28,6 +28,7 @@ from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.records import NODE_FEATURES
 
 LEARNER = "gbdt"
+SIZE_FEATURES = 5           # kernel_feat's flops, transcendentals, bytes read and written, output bytes
 TREE_ARRAYS = ("roots", "feature", "threshold", "left", "right", "leaf_value")
 
 
@@ -99,6 +100,7 @@ class TreeNet:
 
     def __init__(self, cfg: TreeConfig, arrays: dict):
         self.cfg = cfg
+        self.beyond = 0         # graphs predicted so far that were larger than the training data's
         try:
             self.roots = np.asarray(arrays["roots"], np.int64).reshape(-1)
             self.feature = np.asarray(arrays["feature"], np.int64).reshape(-1)
@@ -134,6 +136,10 @@ class TreeNet:
                 "right": self.right.astype(np.int32), "leaf_value": self.leaf_value}
 
     def __call__(self, b) -> np.ndarray:
+        # kernels larger than any in training (a size feature past its
+        # scaled maximum, 1): trees predict them as the largest they know
+        sizes = b.kernel_x[:, :SIZE_FEATURES]
+        self.beyond += int((sizes > 1.0 + 1e-6).any(axis=1).sum()) if sizes.size else 0
         return self.predict_rows(pooled_rows(b, self.cfg.num_opcodes))
 
     def predict_rows(self, rows: np.ndarray) -> np.ndarray:
