@@ -346,16 +346,20 @@ class TrainingRun:
         return improved, text
 
 
-def _trained_info(run, train_set, data, valid, split, figures, seconds):
-    """The model file's record of how it was made. Written with every better
-    epoch (then epochs run = best epoch); _finish completes epochs, seconds
-    and stopped when training ends."""
+def trained_info(train_set, data, valid, split, opts, figures, seconds, epochs, best_epoch,
+                 stopped=None, **more) -> dict:
+    """The model file's record of how it was made (a network's or trees'):
+    the data, what training ran and its best round's validation figures;
+    `more` adds fields of the learner (a network's parameters, the trees'
+    options). A network writes it with every better epoch (then epochs run
+    = best epoch); _finish completes epochs, seconds and stopped when
+    training ends."""
     return {"data": list(data), "valid": list(valid or []), "split": split,
             "examples": train_set.examples, "programs": sorted(train_set.sizes),
-            "epochs": run.epoch, "best_epoch": run.best_epoch, "valid_figures": figures,
-            "seconds": seconds, "best_seconds": seconds, "stopped": None,
+            "epochs": epochs, "best_epoch": best_epoch, "valid_figures": figures,
+            "seconds": seconds, "best_seconds": seconds, "stopped": stopped,
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "tpuperf": __version__, "options": asdict(run.opts), "parameters": run.parameters,
+            "tpuperf": __version__, "options": asdict(opts), **more,
             "targets": [{k: v for k, v in train_set.target_dicts[key].items() if k in TARGET_KEYS}
                         for key in train_set.targets]}
 
@@ -476,7 +480,8 @@ def _train(data, out, net, opts, valid, split, resume, keep_state, name, progres
         if improved:
             seconds = round(time.time() - t0 + earlier, 3)  # ms: a best first epoch may take under 0.05 s
             d = model_dict(run.saved_net, scaler, stem, opts.task, opts.loss, target,
-                           _trained_info(run, train_set, data, valid, split, figures, seconds))
+                           trained_info(train_set, data, valid, split, run.opts, figures, seconds,
+                                        run.epoch, run.best_epoch, parameters=run.parameters))
             if dist.world > 1:
                 d["trained"]["processes"] = dist.world
             if dist.main:

@@ -375,11 +375,9 @@ def train_trees(data: Sequence[str], out: str, opts, tree: TreeOptions, valid: S
     import os
     import time
 
-    from tpuperf_cli import __version__
     from tpuperf_cli.model.data import draw_rates
     from tpuperf_cli.model.predict import Model, save_atomic
-    from tpuperf_cli.model.train import evaluate, load_data, log
-    from tpuperf_cli.records import TARGET_KEYS
+    from tpuperf_cli.model.train import evaluate, load_data, log, trained_info
 
     progress = progress or log
     opts = opts.check()
@@ -421,14 +419,8 @@ def train_trees(data: Sequence[str], out: str, opts, tree: TreeOptions, valid: S
         v = evaluate(model, valid_set, opts)
         figures = {"valid_loss": v["loss"], "valid_mape": v["mape"], "valid_tau": v["tau"]}
     seconds = round(time.time() - t0, 3)
-    trained = {"data": list(data), "valid": list(valid or []), "split": split,
-               "examples": train_set.examples, "programs": sorted(train_set.sizes),
-               "epochs": cfg.trees, "best_epoch": cfg.trees, "valid_figures": figures,
-               "seconds": seconds, "best_seconds": seconds, "stopped": stopped,
-               "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "tpuperf": __version__,
-               "options": asdict(opts), "trees": asdict(tree),
-               "targets": [{k: v for k, v in train_set.target_dicts[key].items() if k in TARGET_KEYS}
-                           for key in train_set.targets]}
+    trained = trained_info(train_set, data, valid, split, opts, figures, seconds, cfg.trees, cfg.trees,
+                           stopped, trees=asdict(tree))
     d = tree_model_dict(cfg, arrays, scaler, stem, train_set.target(), trained)
     save_atomic(d, out)
     shown = (f"; valid MAPE {figures['valid_mape']:.1f}%  tau {figures['valid_tau']:.3f}"
