@@ -86,20 +86,26 @@ def _models(directory: str):
             yield d["target"], model
 
 
+def _newest(models) -> str | None:
+    """The most recently written of the model paths, None for none (a file
+    gone since it was listed is left out)."""
+    found = []
+    for model in models:
+        try:
+            found.append((os.path.getmtime(model), model))
+        except OSError:
+            continue
+    return max(found)[1] if found else None
+
+
 def find_calibrated(target: dict | None, directory: str | None = None) -> str | None:
     """The newest calibrated model in the models directory whose target is
     `target` (by records.target_identity), or None."""
     want = target_identity(target)
     if want is None:
         return None
-    found = []
-    for their, model in _models(directory or models_dir()):
-        if target_identity(their) == want:
-            try:
-                found.append((os.path.getmtime(model), model))
-            except OSError:
-                continue        # gone since
-    return max(found)[1] if found else None
+    return _newest(model for their, model in _models(directory or models_dir())
+                   if target_identity(their) == want)
 
 
 def bundled_dir() -> str:
@@ -119,17 +125,23 @@ def bundled_model(name: str) -> str | None:
     return path if os.path.isfile(path) else None
 
 
+def _bundled_for_platform(platform) -> tuple[str, dict] | None:
+    """(path, target) of the first bundled model of an accelerator platform."""
+    if platform in (None, "cpu"):
+        return None
+    return next(((model, target) for target, model in _models(bundled_dir())
+                 if target.get("platform") == platform), None)
+
+
 def bundled_of_platform(platform) -> tuple[str, str] | None:
     """(path, why) of a bundled model of another device of the records'
     accelerator platform (an H100's records and the H200's model): nearer
     to them than the CPU model. None on CPU, or when there is none."""
-    if platform in (None, "cpu"):
+    found = _bundled_for_platform(platform)
+    if not found:
         return None
-    for target, model in _models(bundled_dir()):
-        if target.get("platform") == platform:
-            return model, (f"bundled for another {platform} ({target.get('device_kind')}), "
-                           f"the nearest bundled target; calibrate or train one for yours")
-    return None
+    return found[0], (f"bundled for another {platform} ({found[1].get('device_kind')}), "
+                      f"the nearest bundled target; calibrate or train one for yours")
 
 
 def default_for_platform(platform: str | None) -> tuple[str, str] | None:
@@ -139,19 +151,13 @@ def default_for_platform(platform: str | None) -> tuple[str, str] | None:
     one of that platform; None on CPU or when there is neither."""
     if platform in (None, "cpu"):
         return None
-    found = []
-    for target, model in _models(models_dir()):
-        if target.get("platform") == platform:
-            try:
-                found.append((os.path.getmtime(model), model))
-            except OSError:
-                continue
+    path = _newest(model for target, model in _models(models_dir()) if target.get("platform") == platform)
+    if path:
+        return path, f"calibrated for {platform} (the program was compiled for {platform})"
+    found = _bundled_for_platform(platform)
     if found:
-        return max(found)[1], f"calibrated for {platform} (the program was compiled for {platform})"
-    for target, model in _models(bundled_dir()):
-        if target.get("platform") == platform:
-            return model, (f"bundled for {platform} ({target.get('device_kind')}; the program "
-                           f"was compiled for {platform})")
+        return found[0], (f"bundled for {platform} ({found[1].get('device_kind')}; the program "
+                          f"was compiled for {platform})")
     return None
 
 
