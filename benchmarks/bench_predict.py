@@ -202,7 +202,7 @@ def main():
     m = models["numpy"]
     print(f"machine: {os.cpu_count()} cores ({_cpu()}), {args.threads} math thread(s), "
           f"load average {os.getloadavg()[0]:.1f}")
-    net = m.kind if m.kind.startswith("gbdt") else \
+    net = m.kind if m.is_trees else \
         f"{m.cfg.gnn} x{m.cfg.layers}, {m.cfg.reduction}, hidden {m.cfg.hidden}"
     print(f"model {m.name}: {net}; "
           f"input: {n} {source} ({nu} distinct graphs), {len(data) / n:.0f} bytes/record")

@@ -755,7 +755,7 @@ def calibrate(opts: Options, log) -> dict:
     if base_fast.task != "fusion":
         raise TpuperfError(f"model {base_path}: a {base_fast.task}-task model; calibrate adapts "
                            f"fusion-task models (runtimes), not tile rankings")
-    trees = base_fast.kind.startswith("gbdt")
+    trees = base_fast.is_trees
     methods = opts.methods
     if trees and methods == METHODS:
         methods = TREE_METHODS          # the default for a network: its counterpart for trees

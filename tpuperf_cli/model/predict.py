@@ -183,9 +183,14 @@ class Model:
                     raise StreamError(wrong)
 
     @property
+    def is_trees(self) -> bool:
+        """Gradient-boosted trees (model.trees), not a network."""
+        return isinstance(self.net, TreeNet)
+
+    @property
     def kind(self) -> str:
         """What predicts, in a few words: "sage/column", "gbdt, 812 trees"."""
-        if isinstance(self.net, TreeNet):
+        if self.is_trees:
             return f"gbdt, {self.cfg.trees} trees"
         return f"{self.cfg.gnn}/{self.cfg.reduction}"
 
