@@ -195,7 +195,7 @@ def seed_cache(cache_dir):
     afresh)."""
     sys.path.insert(0, str(ROOT))
     from tpuperf_cli.measure.cache import Cache
-    from tpuperf_cli.measure.target import METHOD, target_key
+    from tpuperf_cli.measure.target import method_of, target_key
     from tpuperf_cli.stream import read_records
 
     cache = Cache(str(cache_dir))
@@ -205,7 +205,7 @@ def seed_cache(cache_dir):
             for r in read_records(str(shard)):
                 if "runtime_ns" not in r or not r.get("target") or not r.get("fingerprint"):
                     continue
-                if r["target"].get("method") != METHOD:
+                if r["target"].get("method") != method_of(r["target"].get("clock", "")):
                     continue  # timed another way: measured afresh
                 # the fingerprint hlo-split wrote is that of the text, measure's key
                 key = target_key(r["target"])

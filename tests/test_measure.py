@@ -363,12 +363,31 @@ def test_samples_at_the_fixed_cost_are_an_error_not_a_zero(measurer):
     from tpuperf_cli.measure.device import MeasureError, _Timed
 
     timed = _Timed(measurer, None, [], [], [])
-    timed.samples = [(0.0, True)] * 5 + [(120.0, True)] * 10
+    timed.trips, timed.zero = 1, [1000.0]
+    timed.samples = [(1000.0, True)] * 5 + [(1120.0, True)] * 10
     with pytest.raises(MeasureError) as e:
         timed.result()
     assert e.value.kind == "untimed"
-    timed.samples = [(0.0, True)] * 3 + [(120.0, True)] * 12
+    timed.samples = [(990.0, True)] * 3 + [(1120.0, True)] * 12
     assert timed.result().runtime_ns == 120.0
+
+
+def test_the_runtime_is_the_fastest_sample_less_the_fastest_fixed_cost(measurer):
+    """Interference only adds time, and on a shared host it comes as a slow
+    regime most of the time: the fastest clean sample over the fastest call
+    with no trips is the machine undisturbed (method 5)."""
+    from tpuperf_cli.measure.device import _Timed
+
+    timed = _Timed(measurer, None, [], [], [])
+    timed.trips = 4
+    timed.zero = [180.0, 100.0, 190.0, 175.0]     # one call in the fast regime
+    # mostly the slow regime (1.8x), two fast samples, and one faster still
+    # whose thread was switched out: dropped, it cannot be trusted
+    timed.samples = ([(100.0 + 4 * 900.0, True)] * 10 + [(100.0 + 4 * 500.0, True)] * 2
+                     + [(100.0 + 4 * 300.0, False)])
+    m = timed.result()
+    assert m.runtime_ns == 500.0 and m.dropped == 1 and len(m.samples) == 12
+    assert sorted(m.samples)[-1] == 900.0
 
 
 def test_an_untimed_kernel_is_calibrated_and_sampled_once_more(measurer):
@@ -380,6 +399,7 @@ def test_an_untimed_kernel_is_calibrated_and_sampled_once_more(measurer):
     class Flaky(_Timed):
         def __init__(self, value_after):
             super().__init__(measurer, None, [], [], [])
+            self.trips, self.zero = 1, [0.0]   # calls with no trips cost nothing here
             self.value = 0.0
             self.value_after = value_after
             self.calibrations = 0

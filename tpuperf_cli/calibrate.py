@@ -83,7 +83,7 @@ from tpuperf_cli.records import FINGERPRINT, HLO, PROGRAM, RUNTIME_NS, TARGET
 
 METHODS = ("scale", "head", "finetune")
 TREE_METHODS = ("scale", "boost")   # a base of gradient-boosted trees (train --learner gbdt)
-BATCH = 16                 # kernels timed together (measure --batch): the deadline is checked between
+BATCH = 128                # kernels timed together (measure --batch): the deadline is checked between
 # epochs of head and finetune: the budget bounds them, and validation stops
 # them early (patience) so that time left once the corpus's kernels are all
 # timed goes to fitting; a cap of 30 had left 40% of a 10-minute budget unused
@@ -104,7 +104,7 @@ class Options:
     out: str | None = None            # None: the user's models directory, named by target
     cache_dir: str | None = None
     corpus: tuple = ()                # directories or graph shards; empty: the checkout's corpus
-    samples: int = 15
+    samples: int = 30
     min_time: float = 0.0005
     cpus: int | None = 1
     clock: str = "auto"

@@ -51,7 +51,7 @@ def parse_budget(ctx, param, text):
                    "kernels, these or a --corpus of generate's shards, are timed after every "
                    "program kernel, fill the time left, and are always fitted: never held out, "
                    "never used to choose the method.")
-@click.option("--samples", type=click.IntRange(1), default=15, show_default=True,
+@click.option("--samples", type=click.IntRange(1), default=30, show_default=True,
               help="Timed samples per kernel (as measure --samples).")
 @click.option("--compile-jobs", type=click.IntRange(0), default=None, metavar="N",
               help="Compile each batch of kernels on N processes, each pinned to its own CPU, "

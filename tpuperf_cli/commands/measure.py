@@ -89,15 +89,16 @@ def _cpus(ctx, param, value):
 @click.option("--backend", type=click.Choice(["auto", "cpu", "gpu", "tpu"]), default="auto",
               show_default=True,
               help="XLA backend to time on; auto picks the best present (tpu, gpu, cpu).")
-@click.option("--samples", "--runs", "samples", type=click.IntRange(1), default=15,
+@click.option("--samples", "--runs", "samples", type=click.IntRange(1), default=30,
               show_default=True,
-              help="Timed samples per kernel; runtime_ns is their lower quartile (--runs is "
-                   "the old name).")
+              help="Timed samples per kernel; runtime_ns is the fastest (with --clock events, "
+                   "their lower quartile). --runs is the old name.")
 @click.option("--min-time", "min_time", default="0.5ms", show_default=True, metavar="DURATION",
               help="Shortest duration of one sample (e.g. 1ms, 0.5s, 300us; a bare number is "
                    "milliseconds): the kernel runs in a loop on the device until it passes this.")
-@click.option("--batch", type=click.IntRange(1), default=32, show_default=True, metavar="N",
-              help="Kernels timed together, their samples interleaved in rounds.")
+@click.option("--batch", type=click.IntRange(1), default=128, show_default=True, metavar="N",
+              help="Kernels timed together, their samples interleaved in rounds: the larger, "
+                   "the more each kernel's samples spread in time.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Cache directory [default: $XDG_CACHE_HOME/tpuperf or ~/.cache/tpuperf].")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the cache.")
@@ -149,8 +150,8 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
     stdout or -o FILE (never to a terminal) with four fields added:
 
     \b
-      runtime_ns  the kernel's runtime in nanoseconds: the lower quartile
-                  of its samples
+      runtime_ns  the kernel's runtime in nanoseconds: the fastest of its
+                  samples (with --clock events, their lower quartile)
       runs        the samples (ns per run of the kernel), in the order taken
       noise       their relative spread: 1.4826 * MAD / median, a robust
                   relative standard deviation (0.03: a sample is typically
@@ -205,10 +206,15 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
     rather than every sample of one. On CPU, a sample during which the
     measuring thread was switched out (its context-switch count moved) is
     dropped, unless that leaves fewer than half of them. The runtime is the
-    lower quartile of the samples kept: interference only ever adds time
-    (another process's cache misses and memory traffic, a host that steals
-    the virtual CPU), so a low quantile estimates the undisturbed time, and
-    unlike the minimum it does not rest on one sample.
+    fastest sample kept, less the fastest call with no trips (one is timed
+    beside each sample): interference only ever adds time, and on a cloud
+    VM it comes as a regime (a neighbour on the host's other hyperthread
+    slows everything 1.6x to 2x for milliseconds at a time, most of the
+    time), so the fastest sample is the machine undisturbed, and any other
+    quantile lands in the slow regime by chance. Many samples (--samples)
+    spread over the seconds a round of a large --batch takes give each
+    kernel its chance at an undisturbed moment. With --clock events (an
+    accelerator's own clock) the runtime is the samples' lower quartile.
 
     The steady settings are the defaults: on a shared CPU machine the
     process is pinned to one CPU (--cpus 1) and a sample's duration is the

@@ -10,7 +10,7 @@ From HLO text to a number, the same for every backend:
    compiled into one executable, each in its own loop with its own `n`
    (`hlo.compilable.bundle_module`), to pay XLA's per-executable cost once;
 3. inputs of the parameters' shapes and dtypes are put on the device once;
-4. after a warm-up call, the call with `n = 0` gives the fixed cost of a
+4. after a warm-up call, calls with `n = 0` give the fixed cost of a
    call (dispatch, the loop's set-up), and `n` grows until a call takes at
    least `min_time` more than that;
 5. a sample is (time of a call with n trips - fixed cost) / n: the kernel's
@@ -20,12 +20,22 @@ From HLO text to a number, the same for every backend:
    burst of interference from other processes hits one sample of many
    kernels, not every sample of one. On CPU a sample during which the
    measuring thread was switched out (getrusage's context switches) is
-   dropped: the other process evicted its caches. The runtime is the
-   lower quartile of the samples kept, and `noise` their spread (see
-   Measurement): interference only ever adds time (a busy neighbour's cache
-   misses, memory traffic, a host that steals the virtual CPU), so a low
-   quantile estimates the undisturbed time, and unlike the minimum it does
-   not rest on one sample.
+   dropped: the other process evicted its caches.
+6. The runtime is the fastest sample kept, and the fixed cost it subtracts
+   the fastest of the calls with `n = 0` (five at calibration and one
+   beside each sample, so it is sampled as often and as spread in time as
+   the kernel). Interference only ever adds time. On a cloud VM it comes
+   as a regime: a busy neighbour on the host's other hyperthread of the
+   same core slows every instruction 1.6x to 2x for milliseconds at a
+   time, and leaves the core alone a quarter of the time or less (seen on
+   an AMD EPYC family 25 VM, 2026-11-26). Any quantile above the fastest
+   then lands in the slow regime or between the two, by chance; the
+   fastest sample is the machine undisturbed, and the fastest fixed cost
+   is that of the same undisturbed machine (method 5; method 4 took the
+   lower quartile and a median of five fixed calls, which put the runtime
+   of two runs of the same kernels there 12% to 18% apart at the median,
+   the fastest 2% to 5%). `noise` is still the samples' spread (see
+   Measurement).
 
 The kernel text is already optimized HLO; compiling it again runs XLA's
 pipeline a second time, which for one kernel mostly leaves it alone (there
@@ -90,6 +100,16 @@ BATCH_BYTES = 1 << 30
 # jitter it keeps: the outputs of a bundle are kept small.
 BUNDLE = 16
 BUNDLE_OUTPUT_BYTES = 1 << 20
+# Samples per kernel, and kernels sampled together in rounds (measure
+# --batch; calibrate's batch): the fastest sample must catch the machine
+# undisturbed at least once (see 6. above), so the samples of one kernel
+# are many and spread over the seconds a round of a large batch takes. On
+# an AMD EPYC family 25 VM (2026-11-26, bench_measure_noise.py) two runs of
+# 320 kernels agreed to 1.9% at the median, 11.6% at p90, with 30 samples
+# and batches of 160; 5.5% and 30% with 30 and 32, 6.0% and 29% with 15
+# and 160: neither alone does it.
+SAMPLES = 30
+BATCH = 128
 
 
 class MeasureError(Exception):
@@ -105,7 +125,8 @@ class MeasureError(Exception):
 class Measurement:
     """One kernel's timing.
 
-    runtime_ns: the lower quartile of the samples kept, ns per run.
+    runtime_ns: ns per run: the fastest sample kept (timing loop, method 5)
+        or their lower quartile (the events clock).
     samples: those samples, in the order taken (the record's `runs`).
     noise: their relative spread, 1.4826 * MAD / median: a robust relative
         standard deviation (0.05 means one sample is typically 5% off).
@@ -133,12 +154,22 @@ def lower_quartile(values: Iterable[float]) -> float:
     return quantile(values, 0.25)
 
 
-def summarize(samples: Sequence[float], dropped: int = 0) -> Measurement:
-    """A Measurement from per-run samples (ns)."""
+def fastest(values: Iterable[float]) -> float:
+    """The fastest sample above zero, or 0 when a quarter or more of the
+    samples are not above zero: a kernel whose work does not show above
+    a call's fixed cost is untimed, not timed by its luckiest sample."""
+    xs = list(values)
+    if not xs or lower_quartile(xs) <= 0:
+        return 0.0
+    return min(x for x in xs if x > 0)
+
+
+def summarize(samples: Sequence[float], dropped: int = 0, estimate=lower_quartile) -> Measurement:
+    """A Measurement from per-run samples (ns), its runtime estimate(samples)."""
     med = statistics.median(samples)
     mad = statistics.median(abs(s - med) for s in samples)
     noise = 1.4826 * mad / med if med > 0 else 0.0
-    return Measurement(float(lower_quartile(samples)), [float(s) for s in samples],
+    return Measurement(float(estimate(samples)), [float(s) for s in samples],
                        float(noise), dropped)
 
 
@@ -276,7 +307,8 @@ class _Timed:
         self.before, self.args, self.after = before, args, after
         self.input_bytes = sum(a.nbytes for a in args)
         self._trips = {}
-        self.samples = []
+        self.samples = []   # (time of a call with self.trips trips, clean)
+        self.zero = []      # times of calls with no trips: the fixed cost
         self.dropped = 0
 
     def call(self, n):
@@ -295,7 +327,8 @@ class _Timed:
     def calibrate(self):
         """Warm up, find the fixed cost of a call and the trips per sample."""
         self.call(1)  # first touch, caches, lazy initialisation
-        self.fixed = statistics.median(self._time(0) for _ in range(5))
+        self.zero = [self._time(0) for _ in range(5)]
+        self.fixed = min(self.zero)
         target = self.m.min_time * 1e9
         n = 1
         deadline = time.monotonic() + max(10 * self.m.min_time, 2.0)
@@ -309,18 +342,20 @@ class _Timed:
         self.trips = n
 
     def sample(self):
+        self.zero.append(self._time(0))
         before = self.m.switch_count()
         t = self._time(self.trips)
         clean = before is None or self.m.switch_count() == before
-        value = max(t - self.fixed, 0) / self.trips
-        self.samples.append((value, clean))
+        self.samples.append((t, clean))
 
     def result(self) -> Measurement:
-        kept = [v for v, clean in self.samples if clean]
+        fixed = min(self.zero)
+        values = [(max(t - fixed, 0) / self.trips, clean) for t, clean in self.samples]
+        kept = [v for v, clean in values if clean]
         # a kernel longer than a time slice is rarely left alone: then all count
-        if len(kept) < max(3, (len(self.samples) + 1) // 2):
-            kept = [v for v, _ in self.samples]
-        m = summarize(kept, len(self.samples) - len(kept))
+        if len(kept) < max(3, (len(values) + 1) // 2):
+            kept = [v for v, _ in values]
+        m = summarize(kept, len(values) - len(kept), estimate=fastest)
         if m.runtime_ns <= 0:
             # seen on a few of XLA:CPU's parallel_* kernels (iotas,
             # broadcasts, copies split across threads): their trips do not
@@ -340,7 +375,7 @@ class Measurer:
     the machine (the record's target), ``key`` is its cache key.
     """
 
-    def __init__(self, backend: str | None = None, samples: int = 15, min_time: float = 0.0005,
+    def __init__(self, backend: str | None = None, samples: int = SAMPLES, min_time: float = 0.0005,
                  seed: int = 0, clock: str = "auto", bundle: int = BUNDLE, compiler=None):
         import jax
 

@@ -21,7 +21,7 @@ from collections import deque
 
 from tpuperf_cli.errors import TpuperfError
 
-from .device import MeasureError
+from .device import SAMPLES, MeasureError
 
 # a chunk whose actor died this many times gets error kind "crash" (its
 # kernels are then probably what kills the actors)
@@ -104,7 +104,7 @@ class RayPool:
     the cluster, or `jobs` of them."""
 
     def __init__(self, address: str, jobs: int | None = None, backend: str | None = None,
-                 samples: int = 15, min_time: float = 0.0005, timeout: float = 300.0,
+                 samples: int = SAMPLES, min_time: float = 0.0005, timeout: float = 300.0,
                  cpus: int | None = None, clock: str = "auto", log=None):
         ray = import_ray()
         self._ray = ray

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from tpuperf_cli.errors import TpuperfError
 
-from .device import MeasureError
+from .device import SAMPLES, MeasureError
 
 
 def assign_cpus(jobs: int, cpus: int | None) -> list[list[int] | None]:
@@ -80,7 +80,7 @@ class LocalPool:
     """N IsolatedMeasurer children, each driven by one thread of this
     process (the threads only wait on pipes: the work is in the children)."""
 
-    def __init__(self, jobs: int, backend: str | None = None, samples: int = 15,
+    def __init__(self, jobs: int, backend: str | None = None, samples: int = SAMPLES,
                  min_time: float = 0.0005, timeout: float = 300.0, cpus: int | None = None,
                  clock: str = "auto", compile_jobs: int | None = None):
         from .worker import IsolatedMeasurer

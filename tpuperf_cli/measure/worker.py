@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-from .device import MeasureError, Measurement, error_text
+from .device import SAMPLES, MeasureError, Measurement, error_text
 
 
 class IsolatedMeasurer:
@@ -30,7 +30,7 @@ class IsolatedMeasurer:
     these CPU ids (compiler.CompilePool; CPU backend only), None: in the
     child."""
 
-    def __init__(self, backend: str | None = None, samples: int = 15, min_time: float = 0.0005,
+    def __init__(self, backend: str | None = None, samples: int = SAMPLES, min_time: float = 0.0005,
                  timeout: float = 300.0, cpus: int | None = None, clock: str = "auto",
                  cpu_list: Sequence[int] | None = None, compile_cpus: Sequence[int] | None = None):
         self.config = {"backend": backend, "samples": samples, "min_time": float(min_time),

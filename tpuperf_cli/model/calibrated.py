@@ -40,11 +40,11 @@ def machine_target() -> dict:
     """This machine's CPU target as `measure` writes it with its defaults
     (--cpus 1, so the process clock), in the fields that tell targets
     apart (records.TARGET_KEYS); no jax imported."""
-    from tpuperf_cli.measure.target import METHOD, cpu_caches, cpu_identity
+    from tpuperf_cli.measure.target import cpu_caches, cpu_identity, method_of
 
     cpu = cpu_identity()
     return {"platform": "cpu", "device_kind": "cpu", "chip": cpu.pop("name"), "cpu": cpu,
-            "caches": cpu_caches(), "cpu_count": 1, "clock": "process", "method": METHOD}
+            "caches": cpu_caches(), "cpu_count": 1, "clock": "process", "method": method_of("process")}
 
 
 def target_slug(target: dict) -> str:
