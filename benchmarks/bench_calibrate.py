@@ -90,7 +90,8 @@ def main():
     ap.add_argument("--scratch-model", action="append", default=[],
                     help="a model trained from scratch on the whole corpus measured here; "
                          "repeat for several (a network and trees, say): the ratio is to the first")
-    ap.add_argument("--samples", type=int, default=15)
+    ap.add_argument("--samples", type=int, default=cal.Options.samples,
+                    help="samples per kernel, for the test set and calibrate (calibrate's default)")
     ap.add_argument("--json", default=None, help="also write the figures here")
     ap.add_argument("--join", default="ensemble", choices=cal.JOINS,
                     help="as calibrate --join")

@@ -548,7 +548,7 @@ def main(argv=None):
     ap.add_argument("--only", nargs="+", metavar="PROGRAM", help="only these programs")
     ap.add_argument("--min-time", default="0.5ms",
                     help="measure --min-time: shortest sample (default 0.5ms)")
-    ap.add_argument("--samples", type=int, default=15, help="measure --samples (default 15)")
+    ap.add_argument("--samples", type=int, default=30, help="measure --samples (default 30)")
     ap.add_argument("--cpus", type=int, default=1,
                     help="measure --cpus (default 1: one pinned CPU, one XLA thread)")
     ap.add_argument("--clock", default="auto", choices=["auto", "wall", "process"],

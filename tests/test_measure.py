@@ -774,3 +774,19 @@ def test_compile_pool_gives_the_same_code_and_survives_aborts_and_hangs(monkeypa
         assert isinstance(done, bytes)  # in a fresh process
     finally:
         pool.close()
+
+
+def test_the_tools_default_to_the_sampling_the_method_was_chosen_with():
+    """measure's --samples and --batch, calibrate's, and the library's
+    defaults are one setting (device.SAMPLES, device.BATCH)."""
+    from tpuperf_cli import calibrate as cal
+    from tpuperf_cli.commands.calibrate import cli as calibrate_cli
+    from tpuperf_cli.commands.measure import cli as measure_cli
+    from tpuperf_cli.measure.device import BATCH, SAMPLES
+
+    def default(command, name):
+        return next(p.default for p in command.params if p.name == name)
+
+    assert default(measure_cli, "samples") == default(calibrate_cli, "samples") == SAMPLES
+    assert cal.Options.samples == SAMPLES
+    assert default(measure_cli, "batch") == cal.BATCH == BATCH

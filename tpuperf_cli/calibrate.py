@@ -78,12 +78,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.measure.device import BATCH, SAMPLES  # measure's; the deadline is checked between batches
 from tpuperf_cli.model.data import is_generated
 from tpuperf_cli.records import FINGERPRINT, HLO, PROGRAM, RUNTIME_NS, TARGET
 
 METHODS = ("scale", "head", "finetune")
 TREE_METHODS = ("scale", "boost")   # a base of gradient-boosted trees (train --learner gbdt)
-BATCH = 128                # kernels timed together (measure --batch): the deadline is checked between
 # epochs of head and finetune: the budget bounds them, and validation stops
 # them early (patience) so that time left once the corpus's kernels are all
 # timed goes to fitting; a cap of 30 had left 40% of a 10-minute budget unused
@@ -104,7 +104,7 @@ class Options:
     out: str | None = None            # None: the user's models directory, named by target
     cache_dir: str | None = None
     corpus: tuple = ()                # directories or graph shards; empty: the checkout's corpus
-    samples: int = 30
+    samples: int = SAMPLES
     min_time: float = 0.0005
     cpus: int | None = 1
     clock: str = "auto"
