@@ -72,6 +72,7 @@ def test_check_times_references_and_flags_another_machine(tmp_path):
     assert p.returncode == (0 if report["same"] else 1)
 
     # the same corpus said to come from another CPU: never the same machine
+    here = dict(manifest["target"])
     manifest["target"] = {**manifest["target"],
                           "cpu": {**manifest["target"]["cpu"], "model": "no-such-model"}}
     path.write_text(json.dumps(manifest))
@@ -79,6 +80,14 @@ def test_check_times_references_and_flags_another_machine(tmp_path):
     assert p.returncode == 1
     out = p.stdout.decode()
     assert "differs: cpu" in out and "same machine: no" in out
+
+    # a corpus timed by an older method (the committed one: method 4)
+    manifest["target"] = {**here, "method": 4}
+    path.write_text(json.dumps(manifest))
+    p = _run(["machine", "--check", str(path)], tmp_path)
+    out = p.stdout.decode()
+    assert p.returncode == 1 and "differs: cpu" not in out
+    assert "the corpus: method 4, measure now: method 5" in out and "same machine: no" in out
 
 
 def test_check_without_references_is_a_clear_error(tmp_path):

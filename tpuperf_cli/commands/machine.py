@@ -77,7 +77,9 @@ def _print_text(report):
         print(f"differs: {field}: corpus {json.dumps(report['manifest_target'].get(field))}, "
               f"here {json.dumps(report['target'].get(field))}")
     if report["method_differs"]:
-        print("differs: the timing method (the corpus was measured another way)")
+        print(f"differs: the timing method (the corpus: method "
+              f"{report['manifest_target'].get('method')}, measure now: method "
+              f"{report['target'].get('method')}); its labels and new ones do not mix")
     print(f"{'kernel':<40} {'kind':<12} {'corpus us':>10} {'here us':>10} {'ratio':>7}")
     for r in report["kernels"]:
         now = f"{r['now_ns'] / 1e3:10.1f}" if r["now_ns"] else f"{'failed':>10}"
