@@ -25,17 +25,16 @@ From HLO text to a number, the same for every backend:
    the fastest of the calls with `n = 0` (five at calibration and one
    beside each sample, so it is sampled as often and as spread in time as
    the kernel). Interference only ever adds time. On a cloud VM it comes
-   as a regime: a busy neighbour on the host's other hyperthread of the
-   same core slows every instruction 1.6x to 2x for milliseconds at a
-   time, and leaves the core alone a quarter of the time or less (seen on
-   an AMD EPYC family 25 VM, 2026-11-26). Any quantile above the fastest
-   then lands in the slow regime or between the two, by chance; the
-   fastest sample is the machine undisturbed, and the fastest fixed cost
-   is that of the same undisturbed machine (method 5; method 4 took the
-   lower quartile and a median of five fixed calls, which put the runtime
-   of two runs of the same kernels there 12% to 18% apart at the median,
-   the fastest 2% to 5%). `noise` is still the samples' spread (see
-   Measurement).
+   as a regime: most likely a busy neighbour on the host's other
+   hyperthread of the same core slows every instruction 1.6x to 2x for
+   milliseconds at a time, and leaves the core alone a quarter of the time
+   or less (seen on an AMD EPYC family 25 VM, 2026-11-26). Any quantile
+   above the fastest then lands in the slow regime or between the two, by
+   chance; the fastest sample is the machine undisturbed, and the fastest
+   fixed cost is that of the same undisturbed machine (method 5; method 4
+   took the lower quartile and a median of five fixed calls, which put two
+   runs of the same kernels there 12% to 20% apart at the median, against
+   2% to 3% now). `noise` is still the samples' spread (see Measurement).
 
 The kernel text is already optimized HLO; compiling it again runs XLA's
 pipeline a second time, which for one kernel mostly leaves it alone (there
