@@ -210,8 +210,8 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
     beside each sample): interference only ever adds time, and on a cloud
     VM it comes as a regime (most likely a neighbour on the host's other
     hyperthread slows everything 1.6x to 2x for milliseconds at a time,
-    most of the time), so the fastest sample is the machine undisturbed, and any other
-    quantile lands in the slow regime by chance. Many samples (--samples)
+    most of the time), so the fastest sample is the machine undisturbed,
+    and any other quantile lands in the slow regime by chance. Many samples (--samples)
     spread over the seconds a round of a large --batch takes give each
     kernel its chance at an undisturbed moment. With --clock events (an
     accelerator's own clock) the runtime is the samples' lower quartile.
