@@ -347,12 +347,13 @@ def load_model(model: ModelLike = None, platform: str | None = None) -> "Model":
     that platform, when there is one)."""
     if _is_model(model):
         return model
+    from tpuperf_cli.measure.target import target_platform
     from tpuperf_cli.model.calibrated import default_for_platform
     from tpuperf_cli.model.predict import load_model as _load
 
     key, why = (os.fspath(model) if model is not None else ""), None
     if not key:
-        chosen = default_for_platform(_PLATFORMS.get(platform, platform))
+        chosen = default_for_platform(target_platform(platform))
         if chosen:
             key, why = chosen
     if key not in _MODELS:
@@ -360,10 +361,6 @@ def load_model(model: ModelLike = None, platform: str | None = None) -> "Model":
         if why:
             _MODELS[key].chosen = why
     return _MODELS[key]
-
-
-# jax's client names for a GPU platform, as targets name it
-_PLATFORMS = {"cuda": "gpu", "rocm": "gpu"}
 
 
 # ---------------------------------------------------------------- the pipeline
@@ -406,9 +403,11 @@ def _estimate_text(text, program, model, source, platform=None):
 
 
 def _check_target(est, model):
+    from tpuperf_cli.measure.target import target_platform
+
     target = model.target or {}
     want = target.get("platform")
-    if est.platform and want and _PLATFORMS.get(est.platform, est.platform) != want:
+    if est.platform and want and target_platform(est.platform) != want:
         est.warnings.append(f"the program was compiled for {est.platform} but model {model.name} "
                             f"was trained on {want} measurements: its figures are for {want}")
 

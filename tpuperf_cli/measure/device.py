@@ -327,12 +327,12 @@ class _Timed:
         """Warm up, find the fixed cost of a call and the trips per sample."""
         self.call(1)  # first touch, caches, lazy initialisation
         self.zero = [self._time(0) for _ in range(5)]
-        self.fixed = min(self.zero)
+        fixed = min(self.zero)
         target = self.m.min_time * 1e9
         n = 1
         deadline = time.monotonic() + max(10 * self.m.min_time, 2.0)
         while True:
-            spent = self._time(n) - self.fixed
+            spent = self._time(n) - fixed
             if spent >= target or n >= MAX_TRIPS or time.monotonic() > deadline:
                 break
             # at most 10x a step: a call barely above the fixed cost (whose

@@ -94,12 +94,18 @@ def online_cpus() -> int:
     return os.cpu_count()
 
 
+def target_platform(platform: str | None) -> str | None:
+    """A target's platform ("cpu", "gpu", "tpu") for jax's name of one
+    ("cuda" and "rocm" are GPUs)."""
+    return {"cuda": "gpu", "rocm": "gpu"}.get(platform, platform)
+
+
 def describe(device: Any, clock: str) -> dict:
     """The target map for a jax device, timed with `clock`."""
     import jax
     import jaxlib
 
-    kind = {"cuda": "gpu", "rocm": "gpu"}.get(device.platform, device.platform)
+    kind = target_platform(device.platform)
     target = {
         "platform": kind,
         "device_kind": str(device.device_kind),
