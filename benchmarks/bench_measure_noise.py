@@ -110,6 +110,11 @@ def sample_kernels(per_kind, seed, folder=None):
     return picked
 
 
+def bands_of(keys, runtimes):
+    """{band label: the keys whose runtime falls in it}, in BANDS order."""
+    return {label: [k for k in keys if lo <= runtimes[k] < hi] for label, lo, hi in BANDS}
+
+
 def run_measure(records, extra, checkout=None, backend="cpu"):
     """Runtimes by fingerprint, noise by fingerprint, seconds, target."""
     from tpuperf_cli.stream import RecordWriter, read_records
@@ -188,6 +193,10 @@ def main():
                      "max_ratio": 1 + max(rerr),
                      "cross_median": percentile(cross, .5), "cross_p90": percentile(cross, .9),
                      "bias": statistics.median(mine[k] / theirs[k] for k in both),
+                     # by the reference's size band: a change aimed at one
+                     # band (say long kernels' fewer samples) shows there
+                     "bias_by_band": {label: statistics.median(mine[k] / theirs[k] for k in ks)
+                                      for label, ks in bands_of(both, theirs).items() if ks},
                      "seconds_per_kernel": (rsec_a + rsec_b) / 2 / len(kernels)}
     rows = []
     for r in kernels:
@@ -217,6 +226,10 @@ def main():
         print(f"this method against the reference (means of two runs each): error median "
               f"{reference['cross_median']:.1%}, p90 {reference['cross_p90']:.1%}; median ratio "
               f"this/reference {reference['bias']:.3f}")
+        print("median ratio this/reference by the reference's size: " + ", ".join(
+            f"{label} {ratio:.3f} (n={len(ks)})" for (label, ratio), ks in
+            zip(reference["bias_by_band"].items(),
+                (ks for ks in bands_of(both, theirs).values() if ks))))
     print()
     print(f"pairwise error |a-b|/min(a,b): median {percentile(errs, .5):.1%}, "
           f"p90 {percentile(errs, .9):.1%}, max {1 + max(errs):.2f}x; "

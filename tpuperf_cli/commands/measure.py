@@ -189,7 +189,7 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
     --min-time.
 
     Inputs of the parameters' shapes and dtypes are put on the device once:
-    floating-point values uniform in [0.5, 1.5) (finite under log, sqrt,
+    floating-point values uniform in [0.5, 1.5] (finite under log, sqrt,
     divide; no denormals), integers all zero (a valid index into any
     dimension, so every gather, scatter and dynamic-slice stays in bounds),
     booleans random.
