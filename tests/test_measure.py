@@ -629,6 +629,52 @@ def test_ctrl_c_keeps_cache_and_a_valid_stream(tmp_path, jobs):
     assert f"0 timed now, {len(got)} from the cache" in p2.stderr.decode()
 
 
+def _children(pid):
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            found += [int(c) for c in f.read().split()]
+    return found
+
+
+def _running(pid):
+    """False once pid has exited (gone, or a zombie nobody reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux's /proc")
+def test_a_worker_whose_measure_was_killed_stops_within_a_round(tmp_path):
+    """measure killed with SIGKILL cannot tell its worker: the worker sees
+    its parent change between calibrations or rounds and exits, rather than
+    time the rest of its batch (here about 40 s) for nobody."""
+    recs = [kernel(f"mm{n}", matmul_hlo(n), i) for i, n in enumerate(range(16, 16 + 64))]
+    p = subprocess.Popen(MEASURE + ["--backend", "cpu", "--no-cache", "--min-time", "20ms",
+                                    "--batch", "64"],
+                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    p.stdin.write(stream_bytes(recs))
+    p.stdin.close()
+    deadline = time.time() + 60
+    worker = None
+    while time.time() < deadline and worker is None:
+        kids = _children(p.pid)
+        worker = kids[0] if kids else None
+        time.sleep(0.1)
+    assert worker is not None
+    time.sleep(8)   # start-up and compiles: into the calibrations or rounds
+    assert _running(worker)
+    p.kill()
+    p.wait()
+    deadline = time.time() + 15
+    while _running(worker) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not _running(worker)
+
+
 def test_help_documents_fields_and_tpu():
     p = subprocess.run(MEASURE + ["--help"], capture_output=True, text=True)
     assert p.returncode == 0

@@ -238,7 +238,9 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
     Compilation and timing happen in a child process: XLA aborts the process
     on some internal errors (a failed CHECK), and a kernel may never finish;
     a batch hit by either is timed again one kernel at a time, and the
-    guilty kernel gets error kind "crash" or "timeout" (--timeout).
+    guilty kernel gets error kind "crash" or "timeout" (--timeout). A child
+    whose measure was killed (even with SIGKILL) exits within a round of
+    samples, its compiles with it.
 
     The cache: each measurement (or failure, but for a timeout, which
     depends on the load and --timeout) is stored under the fingerprint of

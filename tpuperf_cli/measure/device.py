@@ -416,6 +416,11 @@ class Measurer:
         self.switch_count = _switches if self.backend == "cpu" else _none
         self.target = describe(self.device, clock)
         self.key = target_key(self.target)
+        # called between calibrations and rounds of samples (a fraction of a
+        # second apart at most): measure's worker sets it to exit
+        # once its parent is gone, rather than time the rest of a batch
+        # nobody will read
+        self.between_steps = _none
 
     # ------------------------------------------------------------ compile
     def looped(self, text: str, prefix: str = "", as_entry: bool = True):
@@ -550,6 +555,7 @@ class Measurer:
             before = [a for j in range(k) for a in inputs[j] + [zero]]
             after = [a for j in range(k + 1, len(kernels)) for a in inputs[j] + [zero]]
             t = _Timed(self, exe, before, inputs[k], after)
+            self.between_steps()
             try:
                 t.calibrate()
             except Exception as e:
@@ -678,6 +684,7 @@ class Measurer:
     def _rounds(self, group, results, retry=True):
         live = list(group)
         for _ in range(self.samples):
+            self.between_steps()
             for entry in list(live):
                 try:
                     entry[1].sample()

@@ -234,6 +234,7 @@ def worker_main() -> None:
     from .device import Measurer, pin_cpus, single_threaded_xla
 
     config, send, requests = child_channel()
+    parent = os.getppid()
     try:
         if config.get("cpu_list"):
             os.sched_setaffinity(0, config["cpu_list"])
@@ -257,6 +258,16 @@ def worker_main() -> None:
         # a bundle holds up to BUNDLE kernels: its compile may take as long
         m.compiler = CompilePool(config["compile_cpus"], m.backend,
                                  timeout=config.get("timeout", 300.0) * m.bundle)
+    # A parent killed from outside (SIGKILL, a job's timeout) cannot tell
+    # its worker; PR_SET_PDEATHSIG cannot either, as measure --jobs starts
+    # workers from short-lived threads, whose end would fire it. So the
+    # worker looks between calibrations and rounds of samples and exits
+    # once it has another parent; its compile pool dies with it.
+    def exit_if_orphaned():
+        if os.getppid() != parent:
+            os._exit(1)
+
+    m.between_steps = exit_if_orphaned
     send({"target": m.target, "key": m.key})
     # for tests of the crash path: XLA aborts on text it does not expect, but
     # which text changes with every release
