@@ -35,6 +35,9 @@ A larger --plan extends a source: its list is generated again, whole (the
 same seed gives the kernels it had first; fusions and sweeps may differ a
 little, as they exclude the ops list), and a measured chunk whose kernels
 changed is measured again, its kernels already timed coming from the cache.
+A smaller --plan trims a source: its chunks past the plan are removed, and
+their graph shards with them (their labels may be another build's, another
+machine's).
 
 fusions and sweeps draw only from programs in the "train" list of every
 split file (split.train_in_all), so nothing made from a valid or test
@@ -85,6 +88,7 @@ shards are kept); kernels already in the cache are not timed again.
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -350,11 +354,19 @@ def measure_generated(source, limit, args):
         chunk.unlink()
         spent += time.time() - t0
         log(f"{dest.name}: {n} kernels measured in {time.time() - t0:.0f}s")
+    # a smaller plan than the corpus holds: the chunks past it go (measured
+    # by another plan, maybe on another machine, they must not stay beside
+    # this build's)
+    for extra in generated_chunks(source)[math.ceil(len(records) / CHUNK):]:
+        extra.unlink()
+        log(f"{extra.name}: removed (past --plan {source}={limit})")
     return spent
 
 
 def featurize_generated(out_dir):
     out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in set(p.name for p in out_dir.glob("*.zst")) - set(p.name for p in GENERATED.glob("*.zst")):
+        (out_dir / stale).unlink()  # its kernel chunk went with a smaller --plan
     for src in sorted(GENERATED.glob("*.zst")):
         # always: a newer featurize changes graphs whose kernels did not change
         dest = out_dir / src.name

@@ -220,6 +220,20 @@ def test_a_checkout_without_generates_output_measures_the_committed_chunks_again
     assert all(r["runtime_ns"] == 7.0 and r["runs"] == [7, 7] for r in got)
     assert list((tmp_path / ".work").iterdir()) == []     # the chunk inputs are removed
 
+    # a smaller plan: the chunks past it go, rather than stay beside this
+    # build's (their labels may be another machine's), and their graphs too
+    (tmp_path / "graphs").mkdir()
+    bc.measure_generated("heavy", 3, args)
+    chunks = sorted((tmp_path / "generated").glob("heavy-*.zst"))
+    assert [c.name for c in chunks] == ["heavy-000.zst"]
+    assert [r["fingerprint"] for r in read_records(str(chunks[0]))] == ["f00", "f01", "f02"]
+    for name in ("heavy-000.zst", "heavy-001.zst"):
+        (tmp_path / "graphs" / name).write_bytes(b"")
+    monkeypatch.setattr(bc, "tool", lambda name: [sys.executable, "-c",
+                                                   "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"])
+    bc.featurize_generated(tmp_path / "graphs")
+    assert sorted(p.name for p in (tmp_path / "graphs").iterdir()) == ["heavy-000.zst"]
+
 
 def test_ablation_trains_variants_side_by_side_and_reports_them(tmp_path):
     """examples/ablation.py --jobs 2 on four programs of the corpus: both
