@@ -84,6 +84,17 @@ Rebuilding:
                                                   # else of the committed chunks)
 New programs in programs.json are measured by a plain run (existing kernel
 shards are kept); kernels already in the cache are not timed again.
+
+On another machine the corpus is measured again whole (a model describes
+one machine; the cache times afresh for another target). How long that
+takes here, before starting:
+    python examples/build_corpus.py estimate [--jobs 2] [--plan ops=12000]
+times 256 kernels of each part and prints each part's projected minutes.
+On the AMD EPYC family 25 model 1 VM of 2026-11-26 (README, "Generating
+kernels"): 191 minutes for the whole corpus with one job, 125 with
+--jobs 2 (which times as one job does there), 73 with --jobs 2 and
+--plan ops=12000 (the 60,000 other ops kernels cost the validation
+programs about a point of MAPE).
 """
 
 import argparse
@@ -363,6 +374,79 @@ def measure_generated(source, limit, args):
     return spent
 
 
+def _sample(records, k):
+    """k records spread evenly over the list (all when it has no more)."""
+    if len(records) <= k:
+        return list(records)
+    return [records[i * len(records) // k] for i in range(k)]
+
+
+def _time_measure(records, args, batch):
+    """Seconds `measure` (the corpus's settings, no cache) takes on records."""
+    sys.path.insert(0, str(ROOT))
+    from tpuperf_cli.records import MEASURE_FIELDS
+    from tpuperf_cli.stream import RecordWriter
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    path = WORK / "estimate.in.zst"
+    with RecordWriter(str(path), compress=True) as w:
+        for r in records:
+            w.write({k: v for k, v in r.items() if k not in MEASURE_FIELDS})
+    t0 = time.time()
+    p = subprocess.run(measure_command(args) + ["--no-cache", "--batch", str(batch), "-q", str(path)],
+                       stdout=subprocess.DEVNULL)
+    seconds = time.time() - t0
+    path.unlink()
+    if p.returncode != 0:
+        raise SystemExit("build_corpus: estimate: measure failed")
+    return seconds
+
+
+def estimate(plan, args):
+    """How long measuring the whole corpus of this plan takes here: a sample
+    of each part (the programs' distinct kernels, each planned source) timed
+    with the corpus's settings and --jobs, start-up taken off, times its
+    kernel count. Prints a table on stdout; touches nothing of the corpus."""
+    sys.path.insert(0, str(ROOT))
+    from tpuperf_cli.measure.target import cpu_identity, usable_cpus
+    from tpuperf_cli.stream import read_records
+
+    programs = {}
+    for shard in sorted((CORPUS / "kernels").glob("*.zst")):
+        for r in read_records(str(shard)):
+            programs.setdefault(r.get("fingerprint"), r)
+    parts = [("programs", list(programs.values()))]
+    for source in MEASURE_ORDER:
+        if plan.get(source, 0) > 0:
+            records = unmeasured_kernels(source)[:plan[source]]
+            if records:
+                parts.append((source, records))
+            else:
+                log(f"estimate: {source}: nothing generated yet (run the generate step first)")
+    # chunks for every job: a round of samples spreads over a batch
+    batch = max(8, args.estimate_sample // (2 * args.jobs))
+    startup = _time_measure(_sample(parts[0][1], 1), args, batch)
+    log(f"estimate: measure's start-up {startup:.1f}s (taken off each part's time)")
+    rows, total = [], 0.0
+    for name, records in parts:
+        sample = _sample(records, args.estimate_sample)
+        seconds = _time_measure(sample, args, batch)
+        per = max(seconds - startup, 0.0) / len(sample)
+        rows.append((name, len(records), per, per * len(records)))
+        total += per * len(records)
+        log(f"estimate: {name}: {len(sample)} kernels in {seconds:.0f}s")
+    print(f"measuring the corpus here (`measure --jobs {args.jobs}`, {args.samples} samples, "
+          f"min-time {args.min_time}; {args.estimate_sample} kernels timed a part):")
+    cpu = cpu_identity()
+    print(f"on {cpu['name']} (family {cpu.get('family')} model {cpu.get('model')}), "
+          f"{usable_cpus()} CPUs, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"{'part':<10} {'kernels':>8} {'s/kernel':>9} {'minutes':>8}")
+    for name, n, per, secs in rows:
+        print(f"{name:<10} {n:>8,} {per:>9.3f} {secs / 60:>8.1f}")
+    print(f"{'total':<10} {sum(r[1] for r in rows):>8,} {total / sum(r[1] for r in rows):>9.3f} "
+          f"{total / 60:>8.1f}")
+
+
 def featurize_generated(out_dir):
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in set(p.name for p in out_dir.glob("*.zst")) - set(p.name for p in GENERATED.glob("*.zst")):
@@ -545,7 +629,9 @@ def main(argv=None):
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("steps", nargs="*", metavar="STEP",
                     help="generate, measure, featurize and/or manifest (default: measure "
-                         "featurize); 'generate' writes the generated kernels (--plan) to .work/, "
+                         "featurize), or estimate alone; 'generate' writes the generated kernels "
+                         "(--plan) to .work/, 'estimate' times a sample of each part (--jobs, "
+                         "--plan) and prints how long measuring the whole corpus takes here, "
                          "'measure' times the programs' kernels and then the generated ones; "
                          "'featurize' alone rebuilds graphs/ from the committed kernel shards; "
                          "'manifest' only rewrites manifest.json")
@@ -555,8 +641,12 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0, help="tpuperf generate --seed (default 0)")
     ap.add_argument("--jobs", type=int, default=1,
                     help="measure --jobs (default 1: one pinned worker timing, compiling on "
-                         "every CPU while it waits; two workers on this 2-core machine time "
-                         "kernels 14%% longer)")
+                         "every CPU while it waits; 2 on a 2-core machine: 1.3x to 1.5x as fast, "
+                         "fair where `benchmarks/bench_measure_jobs.py` says two jobs time as "
+                         "one does, as on the machines of 2026-11-25 and 26, not on that of "
+                         "11-23)")
+    ap.add_argument("--estimate-sample", type=int, default=256, metavar="N",
+                    help="the estimate step: kernels timed for each part (default 256)")
     ap.add_argument("--only", nargs="+", metavar="PROGRAM", help="only these programs")
     ap.add_argument("--min-time", default="0.5ms",
                     help="measure --min-time: shortest sample (default 0.5ms)")
@@ -581,10 +671,10 @@ def main(argv=None):
                          "train|valid|test) and exit")
     args = ap.parse_args(argv)
     args.steps = args.steps or ["measure", "featurize"]
-    bad = set(args.steps) - {"measure", "generate", "featurize", "manifest"}
+    bad = set(args.steps) - {"measure", "generate", "featurize", "manifest", "estimate"}
     if bad:
         ap.error(f"unknown step(s): {', '.join(sorted(bad))} "
-                 f"(choose measure, generate, featurize, manifest)")
+                 f"(choose measure, generate, featurize, manifest, estimate)")
     plan = dict(PLAN)
     for item in args.plan or []:
         name, _, n = item.partition("=")
@@ -593,6 +683,11 @@ def main(argv=None):
         plan[name] = int(n)
     if args.list:
         list_split(*args.list)
+        return
+    if "estimate" in args.steps:
+        if len(args.steps) > 1:
+            ap.error("estimate is a step of its own: it measures samples, not the corpus")
+        estimate(plan, args)
         return
     programs = load_programs(args.only)
     (CORPUS / "kernels").mkdir(parents=True, exist_ok=True)

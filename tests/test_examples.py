@@ -235,6 +235,54 @@ def test_a_checkout_without_generates_output_measures_the_committed_chunks_again
     assert sorted(p.name for p in (tmp_path / "graphs").iterdir()) == ["heavy-000.zst"]
 
 
+def test_estimate_times_a_sample_of_each_part_and_projects_the_corpus(tmp_path, monkeypatch,
+                                                                      capsys):
+    """build_corpus.py estimate: a sample of the programs' distinct kernels
+    and of each planned source goes through measure (the corpus's settings,
+    no cache), and the table projects each part's time by its kernel count;
+    the corpus is left as it was."""
+    import importlib.util
+
+    from tpuperf_cli.stream import RecordWriter
+
+    spec = importlib.util.spec_from_file_location("build_corpus", EX / "build_corpus.py")
+    bc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bc)
+    monkeypatch.setattr(bc, "CORPUS", tmp_path)
+    monkeypatch.setattr(bc, "WORK", tmp_path / ".work")
+    monkeypatch.setattr(bc, "GENERATED", tmp_path / "generated")
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "generated").mkdir()
+    for name, fps in (("p1", ["a", "b"]), ("p2", ["b", "c"])):   # b twice: counted once
+        with RecordWriter(str(tmp_path / "kernels" / f"{name}.zst"), compress=True) as w:
+            for fp in fps:
+                w.write({"fingerprint": fp, "hlo": "...", "runtime_ns": 5.0})
+    with RecordWriter(str(tmp_path / "generated" / "ops-000.zst"), compress=True) as w:
+        for i in range(10):
+            w.write({"fingerprint": f"o{i}", "hlo": "...", "runtime_ns": 5.0})
+    # a stand-in for measure: counts the records it is given, takes a moment
+    counter = ("import sys, time, zstandard, msgpack\n"
+               "raw = zstandard.ZstdDecompressor().stream_reader(open(sys.argv[-1], 'rb')).read()\n"
+               "n = sum(1 for r in msgpack.Unpacker(__import__('io').BytesIO(raw), raw=False)\n"
+               "        if 'runtime_ns' not in r)\n"
+               "time.sleep(0.05 * n)\n"
+               "open(sys.argv[1], 'a').write(f'{n}\\n')\n")
+    log = tmp_path / "counts"
+    monkeypatch.setattr(bc, "measure_command",
+                        lambda args: [sys.executable, "-c", counter, str(log)])
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    bc.main(["estimate", "--estimate-sample", "4", "--plan", "ops=8", "fusions=0", "sweeps=0",
+             "heavy=0"])
+    out = capsys.readouterr().out
+    # start-up (one kernel), the programs' 3 distinct kernels, 4 of ops' 8
+    assert log.read_text().split() == ["1", "3", "4"]
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[3:]}
+    assert rows["programs"][0] == "3" and rows["ops"][0] == "8" and rows["total"][0] == "11"
+    assert "fusions" not in rows
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")
+                  if p.name != "counts" and ".work" not in p.parts) == before
+
+
 def test_ablation_trains_variants_side_by_side_and_reports_them(tmp_path):
     """examples/ablation.py --jobs 2 on four programs of the corpus: both
     variants train, are evaluated, and the report names the command."""
