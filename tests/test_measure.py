@@ -388,6 +388,23 @@ def test_the_runtime_is_the_fastest_sample_less_the_fastest_fixed_cost(measurer)
     m = timed.result()
     assert m.runtime_ns == 500.0 and m.dropped == 1 and len(m.samples) == 12
     assert sorted(m.samples)[-1] == 900.0
+    # noise: how far the fastest sits below the 10th percentile (540 here,
+    # interpolated between the second 500 and the first 900), not the
+    # regimes' spread, which says nothing of how well the fastest is pinned
+    assert m.noise == pytest.approx(540 / 500 - 1)
+
+
+def test_noise_is_the_spread_for_the_lower_quartile_and_the_gap_for_the_fastest():
+    from tpuperf_cli.measure.device import fastest, lower_quartile, summarize
+
+    samples = [100.0, 101.0, 102.0, 180.0, 181.0, 182.0, 183.0, 184.0, 185.0, 186.0, 187.0]
+    quartile = summarize(samples, estimate=lower_quartile)
+    # 1.4826 * MAD / median: median 182, MAD 3
+    assert quartile.noise == pytest.approx(1.4826 * 3 / 182)
+    fast = summarize(samples, estimate=fastest)
+    assert fast.runtime_ns == 100.0 and fast.noise == pytest.approx(0.01)   # q10: 101
+    # a fastest alone, far below the rest: uncertain
+    assert summarize([100.0] + [180.0] * 29, estimate=fastest).noise == pytest.approx(0.8)
 
 
 def test_an_untimed_kernel_is_calibrated_and_sampled_once_more(measurer):

@@ -153,9 +153,11 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
       runtime_ns  the kernel's runtime in nanoseconds: the fastest of its
                   samples (with --clock events, their lower quartile)
       runs        the samples (ns per run of the kernel), in the order taken
-      noise       their relative spread: 1.4826 * MAD / median, a robust
-                  relative standard deviation (0.03: a sample is typically
-                  3% off); train and eval use it
+      noise       how far runtime_ns may be off: how far the fastest sits
+                  below the samples' 10th percentile (q10 / fastest - 1;
+                  with --clock events their spread, 1.4826 * MAD / median,
+                  a robust relative standard deviation); train and eval
+                  use it
       target      the machine: platform (cpu/gpu/tpu), device_kind, chip
                   (the CPU model name or the accelerator); on CPU also cpu
                   (vendor, family, model, stepping), caches (sizes by
