@@ -102,8 +102,8 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
     measured x count| / sum of measured x count over all the program's
     measured kernels, the error of the estimate `score` prints. Where the
     records carry measure's `noise`, a noise% column gives the median of it
-    over the program's kernels >= --min-us: the spread of their timed
-    samples, a floor under which no MAPE can be judged.
+    over the program's kernels >= --min-us: how far their labels may be
+    off (measure(1)), a floor under which no MAPE can be judged.
 
     Tile task (records with a config, several per (program, kernel)):
     Tile-Size APE (the paper's eq. 2: 100 * sum over kernels of

@@ -39,9 +39,9 @@ from tpuperf_cli.errors import TpuperfError
 @click.option("--margin", type=click.FloatRange(0), default=0.1, show_default=True,
               help="Hinge margin (standardised log-runtime units).")
 @click.option("--noise-scale", type=click.FloatRange(0), default=0.0, show_default=True, metavar="S",
-              help="Weigh each kernel's loss by S^2/(S^2+noise^2), noise being measure's relative "
-                   "spread of its samples: a kernel as noisy as S counts half (0: all alike; "
-                   "--task fusion).")
+              help="Weigh each kernel's loss by S^2/(S^2+noise^2), noise being measure's "
+                   "estimate of how far its label may be off: a kernel as noisy as S counts "
+                   "half (0: all alike; --task fusion).")
 @click.option("--patience", type=click.IntRange(1), default=10, show_default=True,
               help="Stop after this many epochs without a better validation figure (--learner "
                    "gbdt: trees without a better validation loss, 50 unless given).")
