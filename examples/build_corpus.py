@@ -641,7 +641,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0, help="tpuperf generate --seed (default 0)")
     ap.add_argument("--jobs", type=int, default=1,
                     help="measure --jobs (default 1: one pinned worker timing, compiling on "
-                         "every CPU while it waits; 2 on a 2-core machine: 1.3x to 1.5x as fast, "
+                         "every CPU while it waits; 2 on a 2-core machine: 1.3x to 1.4x as fast, "
                          "fair where `benchmarks/bench_measure_jobs.py` says two jobs time as "
                          "one does, as on the machines of 2026-11-25 and 26, not on that of "
                          "11-23)")
