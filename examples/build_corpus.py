@@ -415,7 +415,7 @@ def estimate(plan, args):
     for shard in sorted((CORPUS / "kernels").glob("*.zst")):
         for r in read_records(str(shard)):
             programs.setdefault(r.get("fingerprint"), r)
-    parts = [("programs", list(programs.values()))]
+    parts = [("programs", list(programs.values()))] if programs else []
     for source in MEASURE_ORDER:
         if plan.get(source, 0) > 0:
             records = unmeasured_kernels(source)[:plan[source]]
@@ -423,6 +423,9 @@ def estimate(plan, args):
                 parts.append((source, records))
             else:
                 log(f"estimate: {source}: nothing generated yet (run the generate step first)")
+    if not parts:
+        raise SystemExit("build_corpus: estimate: no kernels to time (no kernel shards, nothing "
+                         "generated)")
     # chunks for every job: a round of samples spreads over a batch
     batch = max(8, args.estimate_sample // (2 * args.jobs))
     startup = _time_measure(_sample(parts[0][1], 1), args, batch)
