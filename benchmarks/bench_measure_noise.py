@@ -195,7 +195,9 @@ def main():
                      "bias": statistics.median(mine[k] / theirs[k] for k in both),
                      # by the reference's size band: a change aimed at one
                      # band (say long kernels' fewer samples) shows there
-                     "bias_by_band": {label: statistics.median(mine[k] / theirs[k] for k in ks)
+                     "bias_by_band": {label: {"ratio": statistics.median(mine[k] / theirs[k]
+                                                                         for k in ks),
+                                              "n": len(ks)}
                                       for label, ks in bands_of(both, theirs).items() if ks},
                      "seconds_per_kernel": (rsec_a + rsec_b) / 2 / len(kernels)}
     rows = []
@@ -227,9 +229,8 @@ def main():
               f"{reference['cross_median']:.1%}, p90 {reference['cross_p90']:.1%}; median ratio "
               f"this/reference {reference['bias']:.3f}")
         print("median ratio this/reference by the reference's size: " + ", ".join(
-            f"{label} {ratio:.3f} (n={len(ks)})" for (label, ratio), ks in
-            zip(reference["bias_by_band"].items(),
-                (ks for ks in bands_of(both, theirs).values() if ks))))
+            f"{label} {band['ratio']:.3f} (n={band['n']})"
+            for label, band in reference["bias_by_band"].items()))
     print()
     print(f"pairwise error |a-b|/min(a,b): median {percentile(errs, .5):.1%}, "
           f"p90 {percentile(errs, .9):.1%}, max {1 + max(errs):.2f}x; "

@@ -34,7 +34,8 @@ From HLO text to a number, the same for every backend:
    fixed cost is that of the same undisturbed machine (method 5; method 4
    took the lower quartile and a median of five fixed calls, which put two
    runs of the same kernels there 12% to 20% apart at the median, against
-   2% to 3% now). `noise` is still the samples' spread (see Measurement).
+   2% to 3% now). `noise` is how far the fastest sits below the samples'
+   10th percentile, not their spread (see Measurement).
 
 The kernel text is already optimized HLO; compiling it again runs XLA's
 pipeline a second time, which for one kernel mostly leaves it alone (there
