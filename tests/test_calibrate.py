@@ -436,3 +436,22 @@ def test_on_a_gpu_calibrate_starts_from_the_gpu_model_and_corpus():
     assert any(c.corpus_ns for c in candidates)       # the H200's timings size the strata
     pred = load_model(default_base("gpu")[0]).predict_examples([example(c.record) for c in candidates])
     assert np.all(np.isfinite(pred)) and np.all(pred > 0)
+
+
+def test_too_few_kernels_to_hold_any_out_are_all_fitted():
+    from tpuperf_cli.calibrate import fit_and_held_out
+
+    cands = [Candidate({"type": "graph", "hlo": "x", "fingerprint": f"f{i}", "program": p,
+                        "opcode": "add"}) for i, p in enumerate(["a", "b", "b"])]
+    for c in cands:
+        c.held_out = c.record["program"] == "b"
+    pairs = [(c, c.record) for c in cands]
+    # two of three held out would leave one kernel to fit: all are fitted
+    fit, held = fit_and_held_out(pairs)
+    assert fit == pairs and held == []
+    # with two to fit, the held-out program stays held out
+    cands[1].held_out = False
+    fit, held = fit_and_held_out(pairs)
+    assert [c.record["fingerprint"] for c, _ in fit] == ["f0", "f1"] and len(held) == 1
+    # one kernel alone is too few either way (calibrate's error then)
+    assert fit_and_held_out(pairs[2:]) == ([], pairs[2:])

@@ -320,6 +320,19 @@ def hold_out(candidates: list[Candidate], fraction: float, seed: int) -> list[st
     return sorted(held)
 
 
+def fit_and_held_out(measured: list[tuple]) -> tuple[list[tuple], list[tuple]]:
+    """(to fit, held out) of the measured (candidate, record) pairs. When
+    holding out would leave under 2 kernels to fit (a short budget, or a
+    run cut off after a few kernels that happened to be the held-out
+    programs'), all of them are fitted and none held out: a model adapted
+    without figures is worth more than an error that running again repeats."""
+    fit = [(c, r) for c, r in measured if not c.held_out]
+    held = [(c, r) for c, r in measured if c.held_out]
+    if len(fit) < 2 <= len(measured):
+        return list(measured), []
+    return fit, held
+
+
 def score_doubt(candidates: list[Candidate], model, log=None) -> None:
     """doubt = |log(base prediction / corpus runtime)| of each candidate."""
     from tpuperf_cli.model.examples import example
@@ -834,11 +847,16 @@ def calibrate(opts: Options, log) -> dict:
         measurer.close()
         cache.close()
 
-    train_pairs = [(c, r) for c, r in measured if not c.held_out]
-    test_pairs = [(c, r) for c, r in measured if c.held_out]
-    log(f"calibrate: {len(measured)} kernel(s) measured here: {len(train_pairs)} to fit, "
-        f"{len(test_pairs)} held out ({len({c.group for c, _ in test_pairs})} program(s)); "
-        f"{clock_text(budget.left())} left")
+    train_pairs, test_pairs = fit_and_held_out(measured)
+    all_fitted = not test_pairs and any(c.held_out for c, _ in measured)
+    if not all_fitted:
+        log(f"calibrate: {len(measured)} kernel(s) measured here: {len(train_pairs)} to fit, "
+            f"{len(test_pairs)} held out ({len({c.group for c, _ in test_pairs})} program(s)); "
+            f"{clock_text(budget.left())} left")
+    else:
+        held_programs = []
+        log(f"calibrate: {len(measured)} kernel(s) measured here, too few to hold any out: "
+            f"fitting all of them (no figures before and after); {clock_text(budget.left())} left")
     if len(train_pairs) < 2:
         raise TpuperfError(f"only {len(train_pairs)} kernel(s) measured to fit: give a larger "
                            f"--budget (or run again: measured kernels are kept in the cache)")
@@ -896,5 +914,6 @@ def calibrate(opts: Options, log) -> dict:
     return {"out": out, "name": d["name"], "target": target, "method": result["method"],
             "scores": result["scores"], "models": result["models"], "train": len(train),
             "members": result["members"], "join": opts.join,
-            "held_out": len(test), "before": before, "after": after, "seconds": budget.spent(),
+            "held_out": len(test), "all_fitted": all_fitted, "before": before, "after": after,
+            "seconds": budget.spent(),
             "base": base_fast.name, "timed": session.timed}

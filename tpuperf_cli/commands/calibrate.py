@@ -109,6 +109,9 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     About a fifth (--holdout) of the corpus's programs are held out: their
     kernels are timed too but never fitted, and calibrate prints the
     model's MAPE and Kendall tau on them before and after, on stdout.
+    When holding them out would leave under 2 kernels to fit (a budget of
+    seconds, or a run cut off early), every kernel is fitted and no figures
+    are printed.
 
     Adapting: `scale` refits the output scale (log runtime, affine),
     `head` trains the output head with the rest frozen, `finetune` trains
@@ -172,6 +175,11 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
         print(f"  before ({result['base']}): {figures_text(before)}")
         print(f"  after  ({result['name']}, {result['method']}"
               f"{joined_text(result['members'], result['join'])}): {figures_text(after)}")
+    elif result["all_fitted"]:
+        print(f"held out: none (only {result['train']} kernel(s) measured, all fitted; a larger "
+              "--budget holds some out)")
+    elif not holdout:
+        print("held out: none (--holdout 0)")
     else:
         print("held out: no kernel of the held-out programs was timed (a larger --budget "
               "times some)")
