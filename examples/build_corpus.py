@@ -94,7 +94,12 @@ On the AMD EPYC family 25 model 1 VM of 2026-11-26 (README, "Generating
 kernels"): 191 minutes for the whole corpus with one job, 125 with
 --jobs 2 (which times as one job does there), 73 with --jobs 2 and
 --plan ops=12000 (the 60,000 other ops kernels cost the validation
-programs about a point of MAPE).
+programs about a point of MAPE). The committed corpus was measured so
+there, in 70 minutes, and ops=12000 is the default plan since:
+    python examples/build_corpus.py measure featurize manifest --force --jobs 2 \
+        --cache-dir FRESH
+    python benchmarks/bench_measure_noise.py --json noise.json
+    python examples/build_corpus.py manifest --noise-report noise.json
 """
 
 import argparse
@@ -116,15 +121,18 @@ GRAPH_LIMIT = 30 * 1024 * 1024
 # kernels per measured shard of generated kernels
 CHUNK = 4000
 # how many kernels each source adds (--plan overrides): with the programs'
-# 6,835, 102,728 distinct. ops is the cheapest source to generate (a few
+# 6,835, 54,835 distinct. ops is the cheapest source to generate (a few
 # hundred kernels a second); fusions and sweeps compile every candidate
 # with XLA first (about 20 a second each). heavy's large convolutions and
-# dots take longest to measure per kernel
+# dots take longest to measure per kernel. ops was 72,000 until 2026-11-26:
+# a fifth of it cost about a point of validation MAPE (README, "Generating
+# kernels") and lets a 2-core machine measure the whole corpus in about
+# an hour, as each new machine must
 # variants (fusions with their arithmetic changed, clamps added) and
 # indexed (gathers and scatters of many small slices) are not in the
 # committed corpus yet: `--plan variants=N indexed=N` adds them (measured on
 # the corpus's machine only)
-PLAN = {"ops": 72000, "fusions": 12000, "sweeps": 12000, "heavy": 12000, "variants": 0,
+PLAN = {"ops": 12000, "fusions": 12000, "sweeps": 12000, "heavy": 12000, "variants": 0,
         "indexed": 0}
 SOURCES = tuple(PLAN)
 # generated kernels are measured nearest-to-the-programs first, so that a
@@ -586,8 +594,7 @@ def summarize(programs, args, measure_seconds):
         # per_program), never generated ones
         "reference_kernels": pick_references(r for r in measured if not r.get("source")),
         # bench_measure_noise.py's figures on the machine that measured it
-        "measurement_noise": (json.loads(Path(args.noise_report).read_text())
-                              if args.noise_report else old.get("measurement_noise")),
+        "measurement_noise": noise_report(args.noise_report, old.get("measurement_noise"), target),
         "median_kernel_noise": (statistics.median(r["noise"] for r in measured if "noise" in r)
                                 if any("noise" in r for r in measured) else None),
         "splits": {"random": "examples/splits/random.json",
@@ -596,6 +603,32 @@ def summarize(programs, args, measure_seconds):
     }
     mpath.write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
+
+
+def noise_report(path, kept, target):
+    """The noise figures to record: --noise-report's, else the manifest's
+    own, and only while they were taken the way the corpus was timed (one
+    machine, one method): a report from another machine is refused, and
+    a kept one from before a re-measure dropped."""
+    sys.path.insert(0, str(ROOT))
+    from tpuperf_cli.measure.target import same_machine
+
+    def matches(report):
+        t = (report or {}).get("target") or {}
+        return (target is not None and not same_machine(t, target)
+                and t.get("method") == target.get("method"))
+
+    if path:
+        report = json.loads(Path(path).read_text())
+        if not matches(report):
+            raise SystemExit(f"build_corpus: {path}: the noise report was taken on another "
+                             f"machine or with another method than the corpus's")
+        return report
+    if kept and not matches(kept):
+        log("the manifest's noise figures were another machine's or method's: dropped "
+            "(--noise-report records this machine's)")
+        return None
+    return kept
 
 
 def write_gitignore(commit_graphs):

@@ -306,3 +306,27 @@ def test_ablation_trains_variants_side_by_side_and_reports_them(tmp_path):
     # in the order of VARIANTS, whichever finished first
     assert [r.split("|")[1].strip() for r in rows] == ["sage-column", "none-column"]
     assert (tmp_path / "work" / "sage-column.s0.eval.json").exists()
+
+
+def test_noise_figures_of_another_machine_or_method_are_not_recorded(tmp_path):
+    """build_corpus.py manifest: the kept noise report goes when the corpus
+    was measured again elsewhere; a --noise-report of another machine is an
+    error."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_corpus", EX / "build_corpus.py")
+    bc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bc)
+    here = {"platform": "cpu", "chip": "AMD EPYC", "cpu": {"family": "25", "model": "1"},
+            "method": 5}
+    there = dict(here, cpu={"family": "26", "model": "2"}, method=4)
+    report = {"target": here, "median": 0.03}
+    assert bc.noise_report(None, report, here) == report
+    assert bc.noise_report(None, {"target": there, "median": 0.02}, here) is None
+    assert bc.noise_report(None, {"target": dict(here, method=4)}, here) is None
+    path = tmp_path / "noise.json"
+    path.write_text(json.dumps(report))
+    assert bc.noise_report(str(path), None, here) == report
+    path.write_text(json.dumps({"target": there}))
+    with pytest.raises(SystemExit, match="another machine"):
+        bc.noise_report(str(path), None, here)
