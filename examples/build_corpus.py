@@ -121,7 +121,7 @@ GRAPH_LIMIT = 30 * 1024 * 1024
 # kernels per measured shard of generated kernels
 CHUNK = 4000
 # how many kernels each source adds (--plan overrides): with the programs'
-# 6,835, 54,835 distinct. ops is the cheapest source to generate (a few
+# 6,835, 54,729 distinct (106 sweeps kernels repeat an earlier source's). ops is the cheapest source to generate (a few
 # hundred kernels a second); fusions and sweeps compile every candidate
 # with XLA first (about 20 a second each). heavy's large convolutions and
 # dots take longest to measure per kernel. ops was 72,000 until 2026-11-26:
