@@ -14,7 +14,9 @@ process:
 1. compile: an example program (examples/make_programs.py), or with
    --sweeps one of them at another batch, size or dtype (the grid of
    `tpuperf generate --source sweeps`, in its seeded order, after the
-   example programs), compiled by XLA for --backend on this machine, so
+   example programs; only of the programs on the train side of every
+   split in examples/splits, so nothing made from a valid or test program
+   enters training; each program once), compiled by XLA for --backend on this machine, so
    the kernels are what XLA:GPU makes (its fusions, cuBLAS/cuDNN custom
    calls, Triton fusions): work/hlo/P.hlo and work/hlo/P.json (the spec);
 2. measure: `hlo-split P.hlo | measure --backend B --cpus all` (the
@@ -26,12 +28,15 @@ The first program runs alone first: if it fails, the set-up is broken (a
 missing package, a parser that does not read this compiler's HLO) and the
 run stops at once with the logs, instead of failing every program. No task
 starts past --budget seconds; at --stop seconds the ones still running are
-stopped and the kernels they measured so far are kept. Each step's stderr
-goes to work/logs/.
+stopped and the kernels they measured so far are kept. A second run on
+the same work folder goes on where the first stopped: it skips what is
+done and measures again the programs --stop cut short (their kernels come
+from the cache). Each step's stderr goes to work/logs/.
 
 Then: manifest: work/manifest.json names the device, driver, CUDA and jax
 versions (the records' target and nvidia-smi), the programs (with their
-family), kernel counts, failures and seconds; archive: with --archive,
+family), kernel counts, failures and seconds (of every run on the work
+folder, and their sum); archive: with --archive,
 xz archives of hlo/, logs/ and the manifest, and of kernels/ in --parts
 parts (files of a few MiB, small enough to carry back from a machine
 that returns only small files). The noise figures come from
@@ -44,7 +49,10 @@ into one folder W (`tar xJf` each):
     .venv/bin/python examples/gpu_corpus.py --install W --into examples/corpus-gpu \
         --noise noise.json
 
-writes DIR/kernels/P.zst (each program's measured kernel records) and
+writes DIR/kernels/P.zst (each program's measured kernel records; a
+sweep's as DIR/kernels/sweeps-P.zst, its records' program "sweeps:P", as
+`tpuperf generate --source sweeps` names them, and the sweeps of programs
+outside some split's train list, which an older run made, left out) and
 DIR/manifest.json: the machine, the programs (each with its family, and
 `partial` where --stop cut its measuring short: fewer records than
 hlo-split makes of its HLO), the failures by kind and the noise figures of
@@ -95,18 +103,29 @@ def make_programs():
     return mp
 
 
+def trainable():
+    """The example programs on the train side of every split file
+    (split.train_in_all): the only ones whose sweeps may enter training."""
+    from tpuperf_cli.split import train_in_all
+
+    return set(train_in_all(sorted(str(p) for p in (HERE / "splits").glob("*.json"))))
+
+
 def tasks(only, sweeps):
-    """[(name, point)]: the example programs (point None), then with
-    sweeps the sweep grid's points (program, batch, dtype, k)."""
+    """[(name, point)], each name once: the example programs (point None),
+    then with sweeps the sweep grid's points (program, batch, dtype, k) of
+    the trainable ones (two points can make one program: the first is
+    kept)."""
     mp = make_programs()
     specs = [s for s in mp.all_specs() if not only or s.name in only or s.family in only]
-    out = [(s.name, None) for s in specs]
+    out = {s.name: None for s in specs}
     if sweeps:
         from tpuperf_cli.generate.sweeps import sweep_points
 
-        for point in sweep_points([s.name for s in specs], SWEEP_SEED):
-            out.append((mp.sweep_spec(*point).name, list(point)))
-    return out
+        keep = trainable()
+        for point in sweep_points([s.name for s in specs if s.name in keep], SWEEP_SEED):
+            out.setdefault(mp.sweep_spec(*point).name, list(point))
+    return list(out.items())
 
 
 def compile_one(name, point, hlo_dir):
@@ -178,8 +197,9 @@ class Runner:
 
     def measure(self, name):
         dest = self.work / "kernels" / f"{name}.msgpack"
-        if dest.exists():
+        if measured_whole(dest):
             return None
+        cut = dest.with_suffix(".partial")
         tmp = dest.with_suffix(".tmp")
         errlog = self.work / "logs" / f"{name}.measure.err"
         with open(tmp, "wb") as out, open(errlog, "w") as err:
@@ -202,10 +222,20 @@ class Runner:
             kept = salvage(tmp, dest)
             why = "split" if split.returncode != 0 else "measure"
             if self.stopped:
+                if kept:      # the next run measures it whole (its kernels are in the cache)
+                    cut.touch()
                 return f"stopped at --stop ({kept} kernels kept)" if kept else "stopped at --stop"
             return f"{why}: " + last_line(errlog)
         os.replace(tmp, dest)
+        cut.unlink(missing_ok=True)
         return None
+
+
+def measured_whole(dest):
+    """Whether a program's kernels are all measured: its shard is there and
+    no .partial beside it says --stop cut it short (a later run on the same
+    work folder measures such a one again, its kernels from the cache)."""
+    return dest.exists() and not dest.with_suffix(".partial").exists()
 
 
 def last_line(path):
@@ -269,6 +299,12 @@ def tally(records):
 
 
 def manifest(work, names, failures, seconds):
+    """work/manifest.json; `seconds` is this run's, added to the earlier
+    runs' on the same work folder (work/runs.json)."""
+    runs_file = work / "runs.json"
+    runs = json.loads(runs_file.read_text()) if runs_file.exists() else []
+    runs.append(seconds)
+    runs_file.write_text(json.dumps(runs) + "\n")
     programs, target, total, distinct = [], None, 0, set()
     for name in names:
         spec_file = work / "hlo" / f"{name}.json"
@@ -288,7 +324,7 @@ def manifest(work, names, failures, seconds):
     doc = {"built_by": "examples/gpu_corpus.py", "target": target, "machine": machine(),
            "jax": jax.__version__, "python": sys.version.split()[0], "programs": programs,
            "kernels": total, "distinct_measured": len(distinct), "failures": failures,
-           "seconds": seconds}
+           "seconds": round(sum(runs), 1), "runs_seconds": runs}
     (work / "manifest.json").write_text(json.dumps(doc, indent=1) + "\n")
     return doc
 
@@ -321,18 +357,34 @@ def install(work, into, noise_json=None):
     module docstring)."""
     from tpuperf_cli.hlo.parser import parse_module
     from tpuperf_cli.hlo.split import kernel_records
+    from tpuperf_cli.records import ORIGIN, SOURCE
     from tpuperf_cli.stream import RecordWriter
 
     doc = json.loads((work / "manifest.json").read_text())
     (into / "kernels").mkdir(parents=True, exist_ok=True)
     failed, distinct, measured = {}, set(), 0
+    keep = trainable()
+    programs, left_out = {}, []
+    for p in doc["programs"]:         # each once (an older run listed some twice)
+        if p.get("sweep_of") and p["sweep_of"] not in keep:
+            left_out.append(p["name"])   # made from a valid or test program of a split
+        else:
+            programs.setdefault(p["name"], p)
+    doc["programs"] = list(programs.values())
     for p in doc["programs"]:
         records = read(work / "kernels" / f"{p['name']}.msgpack")
+        shard = p["name"]
+        if p.get("sweep_of"):
+            # a generated pseudo-program, as `tpuperf generate --source sweeps`
+            # names its records: the splits' "sweeps:*" puts it in training
+            shard = f"sweeps-{p['name']}"
+            for r in records:
+                r.update(program=f"sweeps:{p['name']}", **{SOURCE: "sweeps", ORIGIN: p["sweep_of"]})
         hlo = work / "hlo" / f"{p['name']}.hlo"
         whole = sum(1 for _ in kernel_records(parse_module(hlo.read_text(), str(hlo)), p["name"]))
         p["partial"] = len(records) < whole
         p["kernels_in_program"] = whole
-        with RecordWriter(str(into / "kernels" / f"{p['name']}.zst"), compress=True, level=19) as w:
+        with RecordWriter(str(into / "kernels" / f"{shard}.zst"), compress=True, level=19) as w:
             for r in records:
                 w.write(r)
         ok, errors = tally(records)
@@ -344,10 +396,15 @@ def install(work, into, noise_json=None):
                distinct_measured=len(distinct), failed_kernels=failed,
                partial_programs=sorted(p["name"] for p in doc["programs"] if p["partial"]))
     doc.pop("failures", None)     # per run; `partial` says what --stop cut short
+    if left_out:
+        doc["sweeps_left_out"] = sorted(set(left_out))
     if noise_json:
         doc["measurement_noise"] = json.loads(Path(noise_json).read_text())
     doc["installed_by"] = "examples/gpu_corpus.py --install"
     (into / "manifest.json").write_text(json.dumps(doc, indent=1) + "\n")
+    if left_out:
+        log(f"left out {len(set(left_out))} sweep program(s) of programs outside some split's "
+            f"train list (nothing made from a valid or test program enters training)")
     log(f"{into}: {len(doc['programs'])} programs, {doc['kernels']} kernel records, "
         f"{measured} measured ({len(distinct)} distinct), failed {failed}, "
         f"{len(doc['partial_programs'])} partial")
@@ -426,9 +483,11 @@ def main(argv=None):
         with ThreadPoolExecutor(a.jobs) as pool:
             list(pool.map(one, todo[1:]))
     timer.cancel()
-    doc = manifest(work, [n for n, _ in todo], failures, round(time.time() - t0, 1))
+    runs_seconds = round(time.time() - t0, 1)
+    doc = manifest(work, [n for n, _ in todo], failures, runs_seconds)
     log(f"{len(doc['programs'])} programs measured, {doc['kernels']} kernels, "
-        f"{doc['distinct_measured']} distinct measured, in {doc['seconds']:.0f}s")
+        f"{doc['distinct_measured']} distinct measured, in {runs_seconds:.0f}s "
+        f"({doc['seconds']:.0f}s over {len(doc['runs_seconds'])} run(s))")
     if a.archive:
         archive(work, a.archive, a.parts)
     return 0 if ok else 3

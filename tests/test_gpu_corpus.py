@@ -37,12 +37,26 @@ def test_hlo_that_xla_gpu_wrote_splits_into_the_corpus_kernels():
     assert any("__triton" in k["hlo"] for k in kernels if k.get("fusion_kind") == "kCustom")
 
 
-def test_cudnn_convolutions_are_kernels_of_their_own():
+def test_cudnn_convolutions_are_kernels_of_their_own_and_measured():
     kernels = split("cnn_s_train")
     convs = [k for k in kernels if k["opcode"] == "custom-call"]
     assert convs and all('custom_call_target="__cudnn$conv' in k["hlo"] for k in convs)
     shard = list(read_records(str(CORPUS / "kernels" / "cnn_s_train.zst")))
     assert len(shard) == len(kernels)
+    # measure turns each back into the convolution it stands for (all but
+    # the grouped backward ones), and XLA:GPU calls cuDNN for it again
+    timed = [r for r in shard if r["opcode"] == "custom-call" and r.get("runtime_ns")]
+    assert len(timed) == len(convs)
+
+
+def test_only_the_sweeps_of_trainable_programs_are_in_the_corpus():
+    sys.path.insert(0, str(ROOT / "examples"))
+    import gpu_corpus
+
+    keep = gpu_corpus.trainable()
+    sweeps = [p for p in MANIFEST["programs"] if p["sweep_of"]]
+    assert sweeps and all(p["sweep_of"] in keep for p in sweeps)
+    assert not set(MANIFEST.get("sweeps_left_out", ())) & {p["name"] for p in MANIFEST["programs"]}
 
 
 def test_the_manifest_names_the_gpu_and_its_software():
@@ -55,16 +69,27 @@ def test_the_manifest_names_the_gpu_and_its_software():
     assert target_identity(noise["target"]) == target_identity(target)
 
 
+def shard_of(p):
+    """A program's shard name and its records' program name: a sweep's is a
+    generated pseudo-program's, "sweeps:P"."""
+    if p["sweep_of"]:
+        return f"sweeps-{p['name']}", f"sweeps:{p['name']}"
+    return p["name"], p["name"]
+
+
 def test_every_shard_is_what_the_manifest_says():
     shards = sorted(p.stem for p in (CORPUS / "kernels").glob("*.zst"))
-    assert shards == sorted(p["name"] for p in MANIFEST["programs"])
+    assert shards == sorted(shard_of(p)[0] for p in MANIFEST["programs"])
     want = target_identity(MANIFEST["target"])
     measured, distinct = 0, set()
     for p in MANIFEST["programs"]:
-        records = list(read_records(str(CORPUS / "kernels" / f"{p['name']}.zst")))
+        shard, program = shard_of(p)
+        records = list(read_records(str(CORPUS / "kernels" / f"{shard}.zst")))
         assert len(records) == p["kernels"] <= p["kernels_in_program"]
         assert p["partial"] == (p["kernels"] < p["kernels_in_program"])
-        assert {r["program"] for r in records} == {p["name"]}
+        assert {r["program"] for r in records} == {program}
+        if p["sweep_of"]:
+            assert {(r["source"], r["origin"]) for r in records} == {("sweeps", p["sweep_of"])}
         ok = [r for r in records if r.get("runtime_ns")]
         assert len(ok) == p["measured"]
         for r in ok:
@@ -107,6 +132,31 @@ def test_salvage_keeps_the_whole_records_of_a_stopped_measure(tmp_path):
     tmp.write_bytes(tmp.read_bytes()[:-40])          # killed while writing the third
     assert gpu_corpus.salvage(tmp, dest) == 2 and not tmp.exists()
     assert [r["index"] for r in read_records(str(dest))] == [0, 1]
+
+
+def test_tasks_name_each_program_once_and_sweep_only_trainable_ones():
+    sys.path.insert(0, str(ROOT / "examples"))
+    import gpu_corpus
+
+    todo = gpu_corpus.tasks(set(), sweeps=True)
+    names = [n for n, _ in todo]
+    assert len(names) == len(set(names))
+    keep = gpu_corpus.trainable()
+    assert "gpt_s_train" not in keep and "mlp_s_train" in keep    # test and train programs
+    swept = {point[0] for _, point in todo if point}
+    assert swept and swept <= keep
+
+
+def test_a_program_cut_short_is_measured_again(tmp_path):
+    sys.path.insert(0, str(ROOT / "examples"))
+    import gpu_corpus
+
+    dest = tmp_path / "p.msgpack"
+    assert not gpu_corpus.measured_whole(dest)
+    dest.write_bytes(b"")
+    assert gpu_corpus.measured_whole(dest)
+    dest.with_suffix(".partial").touch()           # what --stop leaves
+    assert not gpu_corpus.measured_whole(dest)
 
 
 def test_gpu_corpus_builds_and_installs_a_program_on_cpu(tmp_path):
