@@ -1,6 +1,10 @@
 #!/bin/sh
 # One sitting on a lent GPU machine: the command that ran on the
-# NVIDIA H200 on 2026-11-26 (examples/corpus-gpu), as one script.
+# NVIDIA H200 on 2026-11-26 (examples/corpus-gpu), as one script. The
+# corpus of 16:26 UTC was two calls on one machine: JOBS=14 BUDGET=350
+# STOP=415 NOISE=8 sh examples/gpu_session.sh, then examples/gpu_corpus.py
+# --work /tmp/gpu --jobs 14 --budget 170 --stop 235 --sweeps --archive
+# $OUT/corpus-gpu, which went on where the first stopped.
 #
 # Runs from a copy of the checkout with that machine's own python3 (jax
 # with CUDA, numpy, msgpack, click; no DGL, no zstandard, no install):
