@@ -104,11 +104,13 @@ def make_programs():
 
 
 def trainable():
-    """The example programs on the train side of every split file
-    (split.train_in_all): the only ones whose sweeps may enter training."""
-    from tpuperf_cli.split import train_in_all
+    """The example programs on the train side of every split file: the only
+    ones whose sweeps may enter training (build_corpus.draw_from, the
+    programs the CPU corpus's generators draw from)."""
+    sys.path.insert(0, str(HERE))
+    import build_corpus
 
-    return set(train_in_all(sorted(str(p) for p in (HERE / "splits").glob("*.json"))))
+    return set(build_corpus.draw_from())
 
 
 def tasks(only, sweeps):
@@ -364,10 +366,10 @@ def install(work, into, noise_json=None):
     (into / "kernels").mkdir(parents=True, exist_ok=True)
     failed, distinct, measured = {}, set(), 0
     keep = trainable()
-    programs, left_out = {}, []
+    programs, left_out = {}, set()
     for p in doc["programs"]:         # each once (an older run listed some twice)
         if p.get("sweep_of") and p["sweep_of"] not in keep:
-            left_out.append(p["name"])   # made from a valid or test program of a split
+            left_out.add(p["name"])      # made from a valid or test program of a split
         else:
             programs.setdefault(p["name"], p)
     doc["programs"] = list(programs.values())
@@ -397,14 +399,13 @@ def install(work, into, noise_json=None):
                partial_programs=sorted(p["name"] for p in doc["programs"] if p["partial"]))
     doc.pop("failures", None)     # per run; `partial` says what --stop cut short
     if left_out:
-        doc["sweeps_left_out"] = sorted(set(left_out))
+        doc["sweeps_left_out"] = sorted(left_out)
+        log(f"left out {len(left_out)} sweep program(s) of programs outside some split's "
+            f"train list (nothing made from a valid or test program enters training)")
     if noise_json:
         doc["measurement_noise"] = json.loads(Path(noise_json).read_text())
     doc["installed_by"] = "examples/gpu_corpus.py --install"
     (into / "manifest.json").write_text(json.dumps(doc, indent=1) + "\n")
-    if left_out:
-        log(f"left out {len(set(left_out))} sweep program(s) of programs outside some split's "
-            f"train list (nothing made from a valid or test program enters training)")
     log(f"{into}: {len(doc['programs'])} programs, {doc['kernels']} kernel records, "
         f"{measured} measured ({len(distinct)} distinct), failed {failed}, "
         f"{len(doc['partial_programs'])} partial")
@@ -483,10 +484,10 @@ def main(argv=None):
         with ThreadPoolExecutor(a.jobs) as pool:
             list(pool.map(one, todo[1:]))
     timer.cancel()
-    runs_seconds = round(time.time() - t0, 1)
-    doc = manifest(work, [n for n, _ in todo], failures, runs_seconds)
+    this_run = round(time.time() - t0, 1)
+    doc = manifest(work, [n for n, _ in todo], failures, this_run)
     log(f"{len(doc['programs'])} programs measured, {doc['kernels']} kernels, "
-        f"{doc['distinct_measured']} distinct measured, in {runs_seconds:.0f}s "
+        f"{doc['distinct_measured']} distinct measured, in {this_run:.0f}s "
         f"({doc['seconds']:.0f}s over {len(doc['runs_seconds'])} run(s))")
     if a.archive:
         archive(work, a.archive, a.parts)
