@@ -836,6 +836,11 @@ def calibrate(opts: Options, log) -> dict:
             # the measuring share of what is left once the fixed costs of
             # adapting (loading torch and the network, scoring, saving) are set aside
             fixed = 8.0 + 0.02 * opts.budget_s
+            if trees:
+                # scoring the base and boosting need seconds of their own:
+                # on an H100 with 3 minutes, the last batch's overrun left
+                # boost none
+                fixed += 10.0
             share = opts.measure_share or MEASURE_SHARE["trees" if trees else "network"]
             until = budget.spent() + share * max(0.0, budget.left() - fixed)
             measured.extend(measure_in_order(ordered, session, until, budget, skip, log, limit))
