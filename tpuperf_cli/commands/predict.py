@@ -41,8 +41,9 @@ from tpuperf_cli.commands.options import (
 @click.option("--show-model", is_flag=True,
               help="Print what the model file holds (name, task, target, hyperparameters, "
                    "training data and figures) as JSON and exit.")
-@quiet_option(help="No notes on stderr: neither the default model chosen nor a warning when "
-                   "the records' measurement target differs from the model's.")
+@quiet_option(help="No notes on stderr: neither the default model chosen nor the warnings "
+                   "(records measured on another target than the model's; kernels larger "
+                   "than a tree model was trained on).")
 def cli(files, model, batch_size, output, device, threads, engine, show_model, quiet):
     """Predict each kernel's runtime with a trained model.
 
