@@ -223,3 +223,19 @@ def test_train_gpu_model_script_rebuilds_the_bundled_model(tmp_path):
     examples = [example(r, i) for i, r in enumerate(records, 1)]
     ratio = rebuilt.predict_examples(examples) / bundled.predict_examples(examples)
     assert np.median(np.abs(ratio - 1)) < 0.01, np.median(np.abs(ratio - 1))
+
+
+@pytest.mark.slow
+def test_the_gpu_calibrate_script_runs_the_benchmark_on_cpu(tmp_path):
+    """examples/gpu_calibrate.sh, as it ran on the H100, checked on a CPU:
+    the GPU corpus's test kernels timed, calibrate run, the table printed."""
+    env = dict(os.environ, OUT=str(tmp_path / "out"), BACKEND="cpu", CLI="0", PY=sys.executable,
+               BASE=str(ROOT / "tpuperf_cli" / "data" / "gpu-nvidia-h200.pt"),
+               BUDGET="40s", TEST_SECONDS="15", TEST_KERNELS="12")
+    p = subprocess.run(["sh", str(ROOT / "examples" / "gpu_calibrate.sh")], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "calibrated / bundled" in p.stdout
+    figures = json.loads((tmp_path / "out" / "calibrate.json").read_text())
+    assert figures["rows"]["bundled"]["n"] >= 5
+    assert (tmp_path / "out" / "cache" / "measurements.sqlite3").exists()

@@ -839,8 +839,8 @@ def calibrate(opts: Options, log) -> dict:
             if trees:
                 # scoring the base and boosting need seconds of their own:
                 # on an H100 with 3 minutes, the last batch's overrun left
-                # boost none
-                fixed += 10.0
+                # boost none (a budget of seconds keeps most for timing)
+                fixed += min(10.0, 0.1 * opts.budget_s)
             share = opts.measure_share or MEASURE_SHARE["trees" if trees else "network"]
             until = budget.spent() + share * max(0.0, budget.left() - fixed)
             measured.extend(measure_in_order(ordered, session, until, budget, skip, log, limit))
