@@ -196,3 +196,22 @@ def test_json_and_records_given_to_the_wrong_tool():
     assert "this is a msgpack record stream, not HLO text" in p.stderr.decode()
     p = tool(["hlo-split", str(TILE)])
     assert p.returncode == 2 and "import tuning-json" in p.stderr.decode()
+
+
+def test_the_default_model_note_names_the_machine_its_labels_are_from(capsys):
+    """A user reads off the note whether the chosen model describes their
+    machine: the chip, and on a CPU its family and model."""
+    from types import SimpleNamespace
+
+    from tpuperf_cli.commands.options import note_model, trained_on
+
+    cpu = {"platform": "cpu", "chip": "AMD EPYC", "cpu": {"family": "25", "model": "1"}}
+    assert trained_on(cpu) == "AMD EPYC, family 25 model 1"
+    assert trained_on({"platform": "gpu", "chip": "NVIDIA H200"}) == "NVIDIA H200"
+    assert trained_on(None) == "" and trained_on({"chip": ""}) == ""
+    note_model("predict", SimpleNamespace(name="m", path="m.pt", chosen="the bundled model",
+                                          target=cpu))
+    assert capsys.readouterr().err == ("predict: model m (m.pt): the bundled model; its labels "
+                                       "are from AMD EPYC, family 25 model 1\n")
+    note_model("predict", SimpleNamespace(name="m", path="m.pt", chosen="", target=cpu))
+    assert capsys.readouterr().err == ""

@@ -83,9 +83,24 @@ def model_option(help="Model file from `tpuperf train`; `default` is the bundled
 
 
 def note_model(prog, model):
-    """Say on stderr which model a tool chose by default (model.chosen)."""
+    """Say on stderr which model a tool chose by default (model.chosen), and
+    the machine its labels come from, so a user can tell whether it is
+    theirs."""
     if getattr(model, "chosen", None):
-        print(f"{prog}: model {model.name} ({model.path}): {model.chosen}", file=sys.stderr)
+        origin = trained_on(getattr(model, "target", None))
+        print(f"{prog}: model {model.name} ({model.path}): {model.chosen}"
+              + (f"; its labels are from {origin}" if origin else ""), file=sys.stderr)
+
+
+def trained_on(target) -> str:
+    """A model's training target in a few words: the chip, and on a CPU its
+    family and model ("AMD EPYC, family 25 model 1"); "" when unknown."""
+    if not isinstance(target, dict) or not target.get("chip"):
+        return ""
+    cpu = target.get("cpu") if isinstance(target.get("cpu"), dict) else {}
+    if cpu.get("family") and cpu.get("model"):
+        return f"{target['chip']}, family {cpu['family']} model {cpu['model']}"
+    return str(target["chip"])
 
 
 def baseline_option(help="Roofline baseline JSON from `tpuperf baseline fit`.", **kwargs):
