@@ -119,7 +119,6 @@ def main():
     from tpuperf_cli.measure.parallel import compile_cpu_ids
     from tpuperf_cli.measure.target import same_machine
     from tpuperf_cli.measure.worker import IsolatedMeasurer
-    from tpuperf_cli.model import default_model_path
     from tpuperf_cli.model.calibrated import machine_target
     from tpuperf_cli.model.examples import example
     from tpuperf_cli.model.predict import load_model
@@ -237,8 +236,7 @@ def main():
 
     # 4. figures on the test set (labels: the geometric mean of the two timings)
     preds = {}
-    bundled = load_model(args.model or (cal.default_base(args.backend)[0] if args.backend == "gpu"
-                                        else default_model_path()))
+    bundled = load_model(args.model or cal.default_base(args.backend)[0])   # calibrate's own
     preds["bundled"] = bundled.predict_examples(test_examples())
     calibrated = f"calibrated ({result['method']}{cal.joined_text(result['members'], args.join)})"
     preds[calibrated] = load_model(out).predict_examples(test_examples())
