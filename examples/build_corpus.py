@@ -94,10 +94,12 @@ On the AMD EPYC family 25 model 1 VM of 2026-11-26 (README, "Generating
 kernels"): 191 minutes for the whole corpus with one job, 125 with
 --jobs 2 (which times as one job does there), 73 with --jobs 2 and
 --plan ops=12000 (the 60,000 other ops kernels cost the validation
-programs about a point of MAPE). The committed corpus was measured so
-there, in 70 minutes, and ops=12000 is the default plan since:
-    python examples/build_corpus.py measure featurize manifest --force --jobs 2 \
-        --cache-dir FRESH
+programs about a point of MAPE). The corpus before was measured so
+there, in 70 minutes, and ops=12000 is the default plan since; the
+committed corpus (4,000 variants more) on an Intel Xeon family 6 model
+207 that evening, in 68 minutes (and under 2 to generate variants):
+    python examples/build_corpus.py generate measure featurize manifest \\
+        --force --jobs 2 --cache-dir FRESH
     python benchmarks/bench_measure_noise.py --json noise.json
     python examples/build_corpus.py manifest --noise-report noise.json
 """
@@ -121,18 +123,19 @@ GRAPH_LIMIT = 30 * 1024 * 1024
 # kernels per measured shard of generated kernels
 CHUNK = 4000
 # how many kernels each source adds (--plan overrides): with the programs'
-# 6,835, 54,729 distinct (106 sweeps kernels repeat an earlier source's). ops is the cheapest source to generate (a few
+# 6,835, 58,631 distinct (106 sweeps and 98 variants kernels repeat an
+# earlier source's). ops is the cheapest source to generate (a few
 # hundred kernels a second); fusions and sweeps compile every candidate
 # with XLA first (about 20 a second each). heavy's large convolutions and
 # dots take longest to measure per kernel. ops was 72,000 until 2026-11-26:
 # a fifth of it cost about a point of validation MAPE (README, "Generating
 # kernels") and lets a 2-core machine measure the whole corpus in about
 # an hour, as each new machine must
-# variants (fusions with their arithmetic changed, clamps added) and
-# indexed (gathers and scatters of many small slices) are not in the
-# committed corpus yet: `--plan variants=N indexed=N` adds them (measured on
-# the corpus's machine only)
-PLAN = {"ops": 12000, "fusions": 12000, "sweeps": 12000, "heavy": 12000, "variants": 0,
+# variants (fusions with their arithmetic changed, clamps added) joined
+# the committed corpus on 2026-11-26, measured with the rest; indexed
+# (gathers and scatters of many small slices) is not in it yet: `--plan
+# indexed=N` adds it (measured on the corpus's machine only)
+PLAN = {"ops": 12000, "fusions": 12000, "sweeps": 12000, "heavy": 12000, "variants": 4000,
         "indexed": 0}
 SOURCES = tuple(PLAN)
 # generated kernels are measured nearest-to-the-programs first, so that a
