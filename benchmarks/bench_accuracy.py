@@ -62,9 +62,10 @@ def load(corpus, programs):
         if ":" not in name and not os.path.exists(paths[0]):
             missing.append(name)
             continue
-        if ":" in name and not paths and glob.glob(os.path.join(corpus, "..", "generated", "*.zst")):
-            # generated kernels' graphs are not committed (a corpus without
-            # generated kernels, as the GPU corpus, has nothing to build)
+        if ":" in name and not paths and glob.glob(
+                os.path.join(corpus, "..", "generated", f"{generated_source(name)}-*.zst")):
+            # generated kernels' graphs are not committed (a source the
+            # corpus has no kernels of, as the GPU corpus, has nothing to build)
             print(f"bench_accuracy: warning: no graph shards for {name} in {corpus}/generated; "
                   f"build them with: python examples/build_corpus.py featurize", file=sys.stderr)
         for path in paths:

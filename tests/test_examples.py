@@ -330,3 +330,23 @@ def test_noise_figures_of_another_machine_or_method_are_not_recorded(tmp_path):
     path.write_text(json.dumps({"target": there}))
     with pytest.raises(SystemExit, match="another machine"):
         bc.noise_report(str(path), None, here)
+
+
+def test_bench_accuracy_warns_only_for_generated_sources_the_corpus_holds(tmp_path, capsys):
+    """A split's train list names every source ("indexed:*"...); the
+    benchmark says to featurize only where that source's kernel chunks
+    exist without their graphs, not for a source the corpus never had."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_accuracy", EX.parent / "benchmarks" / "bench_accuracy.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    corpus = tmp_path / "corpus"
+    (corpus / "graphs").mkdir(parents=True)
+    (corpus / "generated").mkdir()
+    (corpus / "generated" / "ops-000.zst").write_bytes(b"")
+    with pytest.raises(SystemExit, match="no measured records"):
+        bench.load(str(corpus / "graphs"), ["ops:*", "indexed:*"])
+    err = capsys.readouterr().err
+    assert "no graph shards for ops:*" in err and "indexed" not in err

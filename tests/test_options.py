@@ -208,6 +208,8 @@ def test_the_default_model_note_names_the_machine_its_labels_are_from(capsys):
     cpu = {"platform": "cpu", "chip": "AMD EPYC", "cpu": {"family": "25", "model": "1"}}
     assert trained_on(cpu) == "AMD EPYC, family 25 model 1"
     assert trained_on({"platform": "gpu", "chip": "NVIDIA H200"}) == "NVIDIA H200"
+    intel = {"chip": "Intel(R) Xeon(R) Processor", "cpu": {"family": "6", "model": "207"}}
+    assert trained_on(intel) == "Intel Xeon, family 6 model 207"
     assert trained_on(None) == "" and trained_on({"chip": ""}) == ""
     note_model("predict", SimpleNamespace(name="m", path="m.pt", chosen="the bundled model",
                                           target=cpu))

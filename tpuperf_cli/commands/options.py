@@ -9,6 +9,7 @@ keep working while --help and the man pages show one name.
 """
 
 import os
+import re
 import sys
 
 import click
@@ -97,10 +98,12 @@ def trained_on(target) -> str:
     family and model ("AMD EPYC, family 25 model 1"); "" when unknown."""
     if not isinstance(target, dict) or not target.get("chip"):
         return ""
+    # /proc/cpuinfo's "Intel(R) Xeon(R) Processor" reads as "Intel Xeon"
+    chip = re.sub(r"\((R|TM)\)| Processor$", "", str(target["chip"])).strip()
     cpu = target.get("cpu") if isinstance(target.get("cpu"), dict) else {}
     if cpu.get("family") and cpu.get("model"):
-        return f"{target['chip']}, family {cpu['family']} model {cpu['model']}"
-    return str(target["chip"])
+        return f"{chip}, family {cpu['family']} model {cpu['model']}"
+    return chip
 
 
 def baseline_option(help="Roofline baseline JSON from `tpuperf baseline fit`.", **kwargs):
