@@ -41,6 +41,7 @@ from bench_accuracy import load, per_program  # noqa: E402
 from tpuperf_cli import metrics  # noqa: E402
 from tpuperf_cli.model.data import draw_rates  # noqa: E402
 from tpuperf_cli.model.examples import example  # noqa: E402
+from tpuperf_cli.model.options import parse_source_weights  # noqa: E402
 
 OPCODES = 256        # opcode-count columns (ids beyond share the last)
 
@@ -70,7 +71,8 @@ def fit(train, valid, args):
         # the GNN's --generated-share: the generated kernels weigh F of the whole
         sizes = Counter(r["program"] for r in train)
         rates = draw_rates(sizes, even=False, generated_share=args.generated_share,
-                           generated_even=args.generated_even)
+                           generated_even=args.generated_even,
+                           source_weights=args.source_weights)
         weight = np.array([rates[r["program"]] for r in train])
     data = lightgbm.Dataset(xt, yt, weight=weight)
     sets, callbacks = [], []
@@ -143,6 +145,9 @@ def main():
                     help="with --generated-share: the same share for every generated kernel "
                          "(program), or for each source first, then its kernels alike "
                          "(source), as `tpuperf train --generated-even source`")
+    ap.add_argument("--source-weight", action="append", metavar="SOURCE=W",
+                    help="with --generated-even source: SOURCE's part of the share against 1 for "
+                         "each other source, as `tpuperf train --source-weight` (repeatable)")
     ap.add_argument("--kernel-features", type=int, metavar="N",
                     help="use the first N kernel features of the records (default: as many as "
                          "the GNN reads, the same features)")
@@ -151,6 +156,10 @@ def main():
                          "on the test and the valid programs")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
+    try:
+        args.source_weights = parse_source_weights(args.source_weight or ())
+    except ValueError as e:
+        ap.error(f"--source-weight {e}")
     try:
         import lightgbm  # noqa: F401
     except ImportError:

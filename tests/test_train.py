@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from tpuperf_cli.errors import StreamError, TpuperfError
-from tpuperf_cli.model.data import Corpus, make_batch
+from tpuperf_cli.model.data import Corpus, draw_rates, make_batch
 from tpuperf_cli.model.examples import Scaler, example, topological_order
 from tpuperf_cli.records import KERNEL_FEATURES, new_record
 from tpuperf_cli.stream import RecordWriter
@@ -196,6 +196,28 @@ def test_generated_share_even_across_sources(tmp_path):
         real = counts["synth0"] + counts["synth1"]
         assert abs(generated / real - 1) < 0.1, (even, counts)
         assert abs(counts["heavy:conv"] / generated - heavy_part) < 0.05, (even, counts)
+
+
+def test_source_weight_scales_a_sources_part(tmp_path):
+    """--source-weight heavy=0.5: heavy draws half of what sweeps draws, the
+    generated kernels still half of the epoch; an unknown source is refused."""
+    rs = synthetic_records(n_programs=8, kernels=10, seed=7)
+    for r in rs:
+        n = int(r["program"][5:])
+        if n >= 2:
+            r["program"] = "heavy:conv" if n == 2 else f"sweeps:s{n}"
+    c = Corpus(write_shards(tmp_path, rs)).scan()
+    rng = np.random.default_rng(0)
+    counts = Counter()
+    for _ in range(200):
+        counts.update(ex.program for ex in c.epoch(rng, generated_share=0.5, generated_even="source",
+                                                     source_weights={"heavy": 0.5}))
+    generated = sum(v for k, v in counts.items() if ":" in k)
+    assert abs(generated / (counts["synth0"] + counts["synth1"]) - 1) < 0.1, counts
+    assert abs(counts["heavy:conv"] / generated - 1 / 3) < 0.05, counts
+    with pytest.raises(TpuperfError, match="indexd.*has heavy, sweeps"):
+        draw_rates(c.sizes, True, 0.5, "source", {"indexd": 1.0})
+    assert draw_rates(c.sizes, True, 0.5, "source", {"heavy": 0.0})["heavy:conv"] == 0
 
 
 def test_streaming_buffer_stays_bounded(tmp_path):
@@ -666,3 +688,27 @@ def test_kernel_features_option_on_the_command_line(shards, tmp_path):
                                    "--kernel-features", "9", "-q"])
     assert res.exit_code == 0, res.output
     assert torch.load(out, weights_only=True)["scaling"]["kernel_features"] == 9
+
+
+@pytest.mark.parametrize("weight", ["indexed", "indexed=-1", "=2", "indexed=nan"])
+def test_source_weight_must_be_source_equals_weight(shards, tmp_path, weight):
+    from tpuperf_cli.commands.train import cli
+
+    res = CliRunner().invoke(cli, ["--data", str(shards / "synth0.zst"), "-o", str(tmp_path / "m.pt"),
+                                   "--generated-even", "source", "--source-weight", weight])
+    assert res.exit_code == 2 and "give SOURCE=W" in res.output, res.output
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_source_weight_without_generated_even_source_is_a_usage_error(shards, tmp_path):
+    import subprocess
+    import sys
+
+    tpuperf = os.path.join(os.path.dirname(sys.executable), "tpuperf")
+    res = subprocess.run([tpuperf, "train", "--data", str(shards / "synth0.zst"), "-o",
+                          str(tmp_path / "m.pt"), "--source-weight", "indexed=0.5", "--epochs", "1"],
+                         capture_output=True, text=True, env={**os.environ, "TPUPERF_THREADS": "1"})
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    assert "--source-weight weighs the sources of --generated-even source" in res.stderr
+    assert not (tmp_path / "m.pt").exists()

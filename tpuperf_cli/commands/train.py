@@ -6,6 +6,15 @@ from tpuperf_cli.commands.options import CONTEXT, AliasOption, output_option, qu
 from tpuperf_cli.errors import TpuperfError
 
 
+def _source_weights(ctx, param, values) -> dict:
+    from tpuperf_cli.model.options import parse_source_weights
+
+    try:
+        return parse_source_weights(values)
+    except ValueError as e:
+        raise click.BadParameter(str(e), ctx, param) from None
+
+
 @click.command("train", context_settings={**CONTEXT, "max_content_width": 100})
 @click.argument("files", nargs=-1)
 @click.option("--data", "-d", multiple=True, metavar="SHARD",
@@ -63,6 +72,10 @@ from tpuperf_cli.errors import TpuperfError
                    "evenly across the sources first (fusions, ops, sweeps, heavy...), then "
                    "across each source's pseudo-programs, so that a source of few "
                    "pseudo-programs weighs as much as one of many.")
+@click.option("--source-weight", multiple=True, metavar="SOURCE=W", callback=_source_weights,
+              help="With --generated-even source: give SOURCE W parts of --generated-share "
+                   "where the other sources get 1 each (0.5: half as much; 0: none), e.g. "
+                   "--source-weight indexed=0.25; repeatable.")
 @click.option("--kernel-features", type=click.IntRange(0), default=0, metavar="N",
               help="Read only the first N kernel features of the records (featurize's "
                    "kernel_feat order; 5: without the matmul ones, 9: without their "
@@ -135,7 +148,8 @@ from tpuperf_cli.errors import TpuperfError
 @click.option("--name", help="Model name stem recorded in predictions (default: FILE's file name).")
 @quiet_option(help="No progress lines or summary on stderr (warnings still go there).")
 def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, weight_decay, margin,
-        noise_scale, patience, monitor, min_us, even, generated_share, generated_even, kernel_features, configs,
+        noise_scale, patience, monitor, min_us, even, generated_share, generated_even, source_weight,
+        kernel_features, configs,
         memory_mb, seed,
         device, threads, max_time, ema, learner, trees, leaves, gnn, layers, hidden, opcode_dim, neighbors, aggregate,
         directed, normalize, kernel_head, reduction, heads, seq_layers, dropout, resume, keep_state, name, quiet):
@@ -251,15 +265,15 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
         raise TpuperfError(str(e), exit_code=2) from None
     if learner == "gbdt":
         return _train_trees(shards, output, valid, split, task, loss, lr, patience, min_us, even,
-                            generated_share, generated_even, kernel_features, memory_mb, seed,
-                            threads, max_time, trees, leaves, resume, name, quiet)
+                            generated_share, generated_even, source_weight, kernel_features,
+                            memory_mb, seed, threads, max_time, trees, leaves, resume, name, quiet)
     opts = TrainOptions(task=task, loss=loss or "", epochs=epochs, batch_size=batch_size, lr=lr or 1e-3,
                         weight_decay=weight_decay, margin=margin, noise_scale=noise_scale,
                         patience=patience,
                         monitor=monitor or "", min_runtime_ns=min_us * 1000.0, even=even,
                         generated_share=-1.0 if generated_share is None else generated_share,
-                        generated_even=generated_even, kernel_features=kernel_features,
-                        configs=configs, memory_mb=memory_mb, seed=seed, device=device,
+                        generated_even=generated_even, source_weight=source_weight,
+                        kernel_features=kernel_features, configs=configs, memory_mb=memory_mb, seed=seed, device=device,
                         threads=threads, max_time=max_time, ema=ema)
     quiet_progress = {"progress": _warnings_only} if quiet else {}
     train(shards, output, net=net, opts=opts, valid=list(valid), split=split, resume=resume,
@@ -267,7 +281,7 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
 
 
 def _train_trees(shards, output, valid, split, task, loss, lr, patience, min_us, even, generated_share,
-                 generated_even, kernel_features, memory_mb, seed, threads, max_time, trees, leaves,
+                 generated_even, source_weight, kernel_features, memory_mb, seed, threads, max_time, trees, leaves,
                  resume, name, quiet):
     import os
 
@@ -284,8 +298,9 @@ def _train_trees(shards, output, valid, split, task, loss, lr, patience, min_us,
         raise TpuperfError("--learner gbdt trains in one process (not under torchrun)", exit_code=2)
     opts = TrainOptions(task=task, min_runtime_ns=min_us * 1000.0, even=even,
                         generated_share=-1.0 if generated_share is None else generated_share,
-                        generated_even=generated_even, kernel_features=kernel_features,
-                        memory_mb=memory_mb, seed=seed, threads=threads, max_time=max_time)
+                        generated_even=generated_even, source_weight=source_weight,
+                        kernel_features=kernel_features, memory_mb=memory_mb, seed=seed, threads=threads,
+                        max_time=max_time)
     tree = TreeOptions(trees=trees, leaves=leaves, lr=lr or 0.03,
                        patience=patience if "patience" in _given() else 50,
                        threads=thread_env(threads or None), seed=seed)

@@ -321,19 +321,19 @@ class Corpus:
             yield g[1]
 
     def epoch(self, rng: np.random.Generator, even: bool = True,
-              generated_share: float = -1.0,
-              generated_even: str = "program") -> Iterator[Example | list[Example]]:
+              generated_share: float = -1.0, generated_even: str = "program",
+              source_weights: dict | None = None) -> Iterator[Example | list[Example]]:
         """The items of one training epoch, shuffled. With even=True every
         program contributes the same expected number of items (small
         programs are repeated, large ones subsampled). generated_share in
         [0, 1) sets the share of the epoch drawn from generated kernels
         (pseudo-programs "SOURCE:NAME", evenly across them), the programs
         drawing as many items as they hold; -1 counts a pseudo-program as a
-        program. generated_even: see draw_rates."""
+        program. generated_even, source_weights: see draw_rates."""
         sizes = self.sizes
         if not sizes:
             return
-        rates = draw_rates(sizes, even, generated_share, generated_even)
+        rates = draw_rates(sizes, even, generated_share, generated_even, source_weights)
         paths = [self.paths[i] for i in rng.permutation(len(self.paths))]
         cap = None if self.cache is not None else max(64, self.shuffle_items)
         buffer = []
@@ -358,12 +358,13 @@ class Corpus:
             yield buffer[j]
 
     def batches(self, rng: np.random.Generator, batch_size: int, even: bool = True,
-                generated_share: float = -1.0, generated_even: str = "program"
+                generated_share: float = -1.0, generated_even: str = "program",
+                source_weights: dict | None = None
                 ) -> Iterator[tuple[list[Example], np.ndarray | None]]:
         """Lists of examples for one epoch (tile: whole kernels per batch, and
         the group id of each example)."""
         batch, groups = [], []
-        for item in self.epoch(rng, even, generated_share, generated_even):
+        for item in self.epoch(rng, even, generated_share, generated_even, source_weights):
             if self.task == "tile":
                 groups.extend([groups[-1] + 1 if groups else 0] * len(item))
                 batch.extend(item)
@@ -388,7 +389,7 @@ def generated_source(program: str) -> str:
 
 
 def draw_rates(sizes: dict, even: bool = True, generated_share: float = -1.0,
-               generated_even: str = "program") -> dict:
+               generated_even: str = "program", source_weights: dict | None = None) -> dict:
     """Expected draws per epoch of each item of each program. even: every
     program the same number of draws in all (the mean program's size);
     otherwise each item once. With generated_share in [0, 1) and both kinds
@@ -398,7 +399,8 @@ def draw_rates(sizes: dict, even: bool = True, generated_share: float = -1.0,
     generated_even "source": each source ("ops" of "ops:dot") gets the same
     part of that share first, then its pseudo-programs share it, so that a
     source of few pseudo-programs (heavy's 2) is not drowned by one of many
-    (sweeps' 135)."""
+    (sweeps' 135). source_weights {source: w} (default 1 each) scales a
+    source's part against the others' (0.5: half a part, 0: none)."""
     if generated_share < 0:
         groups = [list(sizes)]
         totals = [sum(sizes.values())]
@@ -413,8 +415,18 @@ def draw_rates(sizes: dict, even: bool = True, generated_share: float = -1.0,
             sources = {}
             for p in gen:
                 sources.setdefault(generated_source(p), []).append(p)
+            weights = {s: (source_weights or {}).get(s, 1.0) for s in sources}
+            unknown = sorted(set(source_weights or ()) - set(sources))
+            if unknown:
+                raise TpuperfError(f"--source-weight {', '.join(unknown)}: the training data has "
+                                   f"no generated kernels of that source (it has "
+                                   f"{', '.join(sorted(sources))})", exit_code=2)
+            if not sum(weights.values()):
+                raise TpuperfError("--source-weight: every source weighs 0; give one a weight "
+                                   "above 0, or --generated-share 0", exit_code=2)
             groups = [real] + list(sources.values())
-            totals = [real_total] + [gen_total / len(sources)] * len(sources)
+            totals = [real_total] + [gen_total * weights[s] / sum(weights.values())
+                                     for s in sources]
         else:
             groups = [real, gen]
             totals = [real_total, gen_total]

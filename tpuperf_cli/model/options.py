@@ -9,7 +9,7 @@ The options are saved in the model file and in the state a run leaves for
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 from tpuperf_cli.errors import TpuperfError
@@ -42,6 +42,8 @@ class TrainOptions:
                                     # (pseudo-programs "SOURCE:NAME"); -1: a program each
     generated_even: str = "program"     # that share evenly across pseudo-programs, or
                                         # "source": across sources, then their pseudo-programs
+    source_weight: dict = field(default_factory=dict)   # with "source": {source: part against
+                                                        # the others' (default 1)}
     kernel_features: int = 0    # read the first N kernel features of the records (0: all)
     configs: int = 16           # tile task: configurations drawn per kernel per epoch
     memory_mb: float = 2048     # decoded examples kept in memory; beyond that, stream shards
@@ -79,11 +81,32 @@ class TrainOptions:
             raise TpuperfError("--generated-share must be in [0, 1)", exit_code=2)
         if self.generated_even not in ("program", "source"):
             raise TpuperfError("--generated-even must be program or source", exit_code=2)
+        if self.source_weight and self.generated_even != "source":
+            raise TpuperfError("--source-weight weighs the sources of --generated-even source; "
+                               "give that too", exit_code=2)
+        if any(w < 0 for w in self.source_weight.values()):
+            raise TpuperfError("--source-weight must be at least 0", exit_code=2)
         if self.kernel_features < 0:
             raise TpuperfError("--kernel-features must be at least 0", exit_code=2)
         if self.task == "tile" and self.configs < 2:
             raise TpuperfError("--configs must be at least 2 for the tile task")
         return self
+
+
+def parse_source_weights(texts: Iterable[str]) -> dict:
+    """--source-weight SOURCE=W (repeatable) as {source: W}; ValueError names
+    the bad one."""
+    weights = {}
+    for text in texts:
+        source, _, weight = text.partition("=")
+        try:
+            value = float(weight)
+        except ValueError:
+            value = -1.0
+        if not source.strip() or not 0 <= value < float("inf"):
+            raise ValueError(f"{text!r}: give SOURCE=W, W a number >= 0 (e.g. indexed=0.25)")
+        weights[source.strip()] = value
+    return weights
 
 
 # Options a resumed run may change: how long it runs and what it runs on.
@@ -116,21 +139,21 @@ def resume_options(stored_opts: dict, stored_net: dict, opts: TrainOptions | Non
     opt_fields = {f.name for f in fields(TrainOptions)}
     net_fields = {f.name for f in fields(NetConfig)}
     changed, refused = [], []
-    for field in sorted(given or ()):
-        if field in opt_fields and opts is not None:
-            old, new = getattr(new_opts, field), getattr(opts, field)
-        elif field in net_fields and net is not None:
-            old, new = getattr(new_net, field), getattr(net, field)
+    for name in sorted(given or ()):
+        if name in opt_fields and opts is not None:
+            old, new = getattr(new_opts, name), getattr(opts, name)
+        elif name in net_fields and net is not None:
+            old, new = getattr(new_net, name), getattr(net, name)
         else:
             continue
         if new == old:
             continue
-        if field in RESUME_CHANGEABLE:
-            setattr(new_opts, field, new)
-            changed.append((field, old, new))
+        if name in RESUME_CHANGEABLE:
+            setattr(new_opts, name, new)
+            changed.append((name, old, new))
         else:
-            refused.append(f"{flag_name(field)} (the run has {shown_value(field, old)}, "
-                           f"not {shown_value(field, new)})")
+            refused.append(f"{flag_name(name)} (the run has {shown_value(name, old)}, "
+                           f"not {shown_value(name, new)})")
     if refused:
         raise TpuperfError(f"--resume cannot change {', '.join(refused)}: a resumed run keeps its "
                            f"options and hyperparameters, but for "

@@ -391,7 +391,8 @@ def train_trees(data: Sequence[str], out: str, opts, tree: TreeOptions, valid: S
     lut = scaler.opcode_table(cfg.num_opcodes)
     rows, y, programs = rows_and_targets(train_set.iter_examples(), scaler, lut, cfg.neighbors,
                                          cfg.num_opcodes)
-    rates = draw_rates(train_set.sizes, opts.even, opts.generated_share, opts.generated_even)
+    rates = draw_rates(train_set.sizes, opts.even, opts.generated_share, opts.generated_even,
+                       opts.source_weight)
     weights = np.array([rates[p] for p in programs], np.float64)
     weights /= weights.mean()
     valid_rows = valid_y = None
