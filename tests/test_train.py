@@ -177,15 +177,21 @@ def test_generated_share_bounds_the_pseudo_programs(tmp_path):
     assert sum(v for k, v in counts.items() if k.startswith("ops:")) > 40
 
 
-def test_generated_share_even_across_sources(tmp_path):
-    """--generated-even source: a source of one pseudo-program draws as much
-    as a source of five, where by program it draws a sixth."""
+def two_generated_sources(tmp_path):
+    """Two programs, and generated kernels of two sources: heavy, one
+    pseudo-program; sweeps, five."""
     rs = synthetic_records(n_programs=8, kernels=10, seed=7)
     for r in rs:
         n = int(r["program"][5:])
         if n >= 2:
             r["program"] = "heavy:conv" if n == 2 else f"sweeps:s{n}"
-    c = Corpus(write_shards(tmp_path, rs)).scan()
+    return Corpus(write_shards(tmp_path, rs)).scan()
+
+
+def test_generated_share_even_across_sources(tmp_path):
+    """--generated-even source: a source of one pseudo-program draws as much
+    as a source of five, where by program it draws a sixth."""
+    c = two_generated_sources(tmp_path)
     rng = np.random.default_rng(0)
     for even, heavy_part in (("source", 1 / 2), ("program", 1 / 6)):
         counts = Counter()
@@ -201,12 +207,7 @@ def test_generated_share_even_across_sources(tmp_path):
 def test_source_weight_scales_a_sources_part(tmp_path):
     """--source-weight heavy=0.5: heavy draws half of what sweeps draws, the
     generated kernels still half of the epoch; an unknown source is refused."""
-    rs = synthetic_records(n_programs=8, kernels=10, seed=7)
-    for r in rs:
-        n = int(r["program"][5:])
-        if n >= 2:
-            r["program"] = "heavy:conv" if n == 2 else f"sweeps:s{n}"
-    c = Corpus(write_shards(tmp_path, rs)).scan()
+    c = two_generated_sources(tmp_path)
     rng = np.random.default_rng(0)
     counts = Counter()
     for _ in range(200):
