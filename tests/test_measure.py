@@ -786,8 +786,11 @@ def test_committed_corpus_is_whole():
         source = shard.stem.rsplit("-", 1)[0]
         for r in read_records(str(shard)):
             assert r["source"] == source and r["program"].startswith(source + ":")
-            # ops and heavy draw from no program
-            assert source in ("ops", "heavy") or r["origin"] in train_all, r["origin"]
+            # ops, heavy and indexed draw from no program (no origin)
+            if source in ("ops", "heavy", "indexed"):
+                assert "origin" not in r, (shard.name, r["origin"])
+            else:
+                assert r["origin"] in train_all, r["origin"]
             assert r["fingerprint"] not in program_fps
             fingerprints.add(r["fingerprint"])
             total += 1
