@@ -415,18 +415,19 @@ def draw_rates(sizes: dict, even: bool = True, generated_share: float = -1.0,
             sources = {}
             for p in gen:
                 sources.setdefault(generated_source(p), []).append(p)
-            weights = {s: (source_weights or {}).get(s, 1.0) for s in sources}
-            unknown = sorted(set(source_weights or ()) - set(sources))
+            source_weights = source_weights or {}
+            unknown = sorted(set(source_weights) - set(sources))
             if unknown:
                 raise TpuperfError(f"--source-weight {', '.join(unknown)}: the training data has "
                                    f"no generated kernels of that source (it has "
                                    f"{', '.join(sorted(sources))})", exit_code=2)
-            if not sum(weights.values()):
+            weights = {s: source_weights.get(s, 1.0) for s in sources}
+            weight_sum = sum(weights.values())
+            if not weight_sum:
                 raise TpuperfError("--source-weight: every source weighs 0; give one a weight "
                                    "above 0, or --generated-share 0", exit_code=2)
             groups = [real] + list(sources.values())
-            totals = [real_total] + [gen_total * weights[s] / sum(weights.values())
-                                     for s in sources]
+            totals = [real_total] + [gen_total * weights[s] / weight_sum for s in sources]
         else:
             groups = [real, gen]
             totals = [real_total, gen_total]
