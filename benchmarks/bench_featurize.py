@@ -23,7 +23,7 @@ ratio columns compare featurize with the references measured in this run.
 The garbage collector is set as the featurize command sets it.
 
     .venv/bin/python benchmarks/bench_featurize.py
-    .venv/bin/python benchmarks/bench_featurize.py examples/hlo/cnn_m_train.hlo --repeat 5
+    .venv/bin/python benchmarks/bench_featurize.py examples/hlo/cnn_m_train.hlo.zst --repeat 5
 """
 
 import argparse
@@ -41,6 +41,7 @@ import msgpack  # noqa: E402
 
 from tpuperf_cli.features import featurize_kernel  # noqa: E402
 from tpuperf_cli.hlo import parser  # noqa: E402
+from tpuperf_cli.hlo.dump import read_hlo  # noqa: E402
 from tpuperf_cli.hlo.split import kernel_records  # noqa: E402
 from tpuperf_cli.stream import RecordWriter, read_records  # noqa: E402
 
@@ -100,15 +101,18 @@ def corpus_rate(repeat):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("files", nargs="*", help="HLO files (default: the largest examples/hlo/*.hlo)")
+    ap.add_argument("files", nargs="*", help="HLO files (default: the largest examples/hlo/*.hlo.zst)")
     ap.add_argument("--repeat", type=int, default=5, help="runs per timing; the best counts")
     ap.add_argument("--copies", type=int, default=10,
                     help="times the kernel stream is repeated for the command timing")
     args = ap.parse_args()
-    files = args.files or sorted(glob.glob(os.path.join(ROOT, "examples", "hlo", "*.hlo")),
-                                 key=os.path.getsize)[-1:]
+    files = args.files
     if not files:
-        sys.exit("no examples/hlo/*.hlo; name HLO files to time")
+        files = glob.glob(os.path.join(ROOT, "examples", "hlo", "*.hlo.zst"))
+        if not files:
+            sys.exit("no examples/hlo/*.hlo.zst; name HLO files to time")
+        # the largest by its text (the files are zstd, so their sizes rank them otherwise)
+        files = [max(files, key=lambda p: len(read_hlo(p).text))]
 
     import gc
 
@@ -116,7 +120,7 @@ def main():
     gc.set_threshold(100_000, 50, 1000)
     corpus_rate(args.repeat)
     for path in files:
-        text = open(path).read()
+        text = read_hlo(path).text
         module = parser.parse_module(text, path)
         records = list(kernel_records(module, program="bench"))
         n = len(records)

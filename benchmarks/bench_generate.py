@@ -35,7 +35,7 @@ from tpuperf_cli.split import train_in_all  # noqa: E402
 
 def programs():
     names = train_in_all(sorted(glob.glob(os.path.join(ROOT, "examples", "splits", "*.json"))))
-    return [os.path.join(ROOT, "examples", "hlo", f"{n}.hlo") for n in names]
+    return [os.path.join(ROOT, "examples", "hlo", f"{n}.hlo.zst") for n in names]
 
 
 def inner_opcodes(records):

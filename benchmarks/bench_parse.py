@@ -7,7 +7,7 @@ the same machine load) and prints our speed as a fraction of XLA's
 kernels, write each standalone module and fingerprint) for reference.
 
     .venv/bin/python benchmarks/bench_parse.py                 # largest example
-    .venv/bin/python benchmarks/bench_parse.py examples/hlo/*.hlo --repeat 5
+    .venv/bin/python benchmarks/bench_parse.py examples/hlo/*.hlo.zst --repeat 5
 """
 
 import argparse
@@ -20,6 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from tpuperf_cli.hlo import parser  # noqa: E402
+from tpuperf_cli.hlo.dump import read_hlo  # noqa: E402
 from tpuperf_cli.hlo.split import find_kernels, fingerprint, kernel_module  # noqa: E402
 
 
@@ -47,22 +48,23 @@ def split_all(text):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("files", nargs="*", help="HLO files (default: the largest examples/hlo/*.hlo)")
+    ap.add_argument("files", nargs="*", help="HLO files (default: the largest examples/hlo/*.hlo.zst)")
     ap.add_argument("--repeat", type=int, default=7, help="runs per timing; the best counts")
     args = ap.parse_args()
     files = args.files
     if not files:
-        files = sorted(glob.glob(os.path.join(ROOT, "examples", "hlo", "*.hlo")), key=os.path.getsize)
+        files = glob.glob(os.path.join(ROOT, "examples", "hlo", "*.hlo.zst"))
         if not files:
-            sys.exit("no examples/hlo/*.hlo; name HLO files to time")
-        files = files[-1:]
+            sys.exit("no examples/hlo/*.hlo.zst; name HLO files to time")
+        # the largest by its text (the files are zstd, so their sizes rank them otherwise)
+        files = [max(files, key=lambda p: len(read_hlo(p).text))]
     from jax._src.lib import xla_client as xc
 
     print(f"{'file':<32} {'MB':>6} {'instrs':>7} {'xla ms':>8} {'ours ms':>8} "
           f"{'speed vs xla':>12} {'split ms':>9}")
     ratios = []
     for path in files:
-        text = open(path).read()
+        text = read_hlo(path).text
         m = ours(text)
         n = sum(len(c.instructions) for c in m.computations.values())
         xla_t = our_t = float("inf")
@@ -71,7 +73,7 @@ def main():
             our_t = min(our_t, best(lambda: ours(text), 1))
         split_t = best(lambda: split_all(text), max(1, args.repeat // 2))
         ratios.append(xla_t / our_t)
-        print(f"{os.path.basename(path):<32} {len(text) / 1e6:6.2f} {n:7d} {xla_t * 1e3:8.1f} "
+        print(f"{os.path.basename(path).removesuffix('.zst'):<32} {len(text) / 1e6:6.2f} {n:7d} {xla_t * 1e3:8.1f} "
               f"{our_t * 1e3:8.1f} {xla_t / our_t:11.2f}x {split_t * 1e3:9.1f}")
     if len(ratios) > 1:
         import statistics

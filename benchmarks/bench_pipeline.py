@@ -24,6 +24,10 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tpuperf_cli.hlo.dump import read_hlo  # noqa: E402
+
 BIN = os.path.dirname(sys.executable)
 GOAL = 2.0
 
@@ -75,11 +79,12 @@ def pipeline(path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("file", nargs="?", help="HLO file (default: the largest examples/hlo/*.hlo)")
+    ap.add_argument("file", nargs="?", help="HLO file (default: the largest examples/hlo/*.hlo.zst)")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    path = args.file or sorted(glob.glob(os.path.join(ROOT, "examples", "hlo", "*.hlo")),
-                               key=os.path.getsize)[-1]
+    # the largest by its text (the files are zstd, so their sizes rank them otherwise)
+    path = args.file or max(glob.glob(os.path.join(ROOT, "examples", "hlo", "*.hlo.zst")),
+                            key=lambda p: len(read_hlo(p).text))
     with tempfile.TemporaryDirectory() as d:
         kernels, graphs, predicted = (os.path.join(d, n) for n in ("k.msgpack", "g.msgpack",
                                                                     "p.msgpack"))
@@ -97,7 +102,7 @@ def main():
         }
         whole = best(lambda: pipeline(path), args.repeat)
         from_count = sum(1 for _ in open(kernels, "rb").read().split(b"\xa4type\xa6kernel")) - 1
-    print(f"{os.path.basename(path)}: {os.path.getsize(path) / 1e6:.2f} MB of HLO, "
+    print(f"{os.path.basename(path)}: {len(read_hlo(path).text) / 1e6:.2f} MB of HLO, "
           f"{from_count} kernels; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     print(f"  {'':<21} {'wall':>6}   {'cpu':>6}")
     for name, (t, c) in parts.items():

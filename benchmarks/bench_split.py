@@ -37,6 +37,7 @@ TILE_SAMPLE = next((p for p in (os.path.join(ROOT, *[".."] * k, "shared", "data"
 GOAL = 0.5
 
 from tpuperf_cli.hlo import parser as P  # noqa: E402
+from tpuperf_cli.hlo.dump import read_hlo  # noqa: E402
 from tpuperf_cli.hlo.split import kernel_records  # noqa: E402
 from tpuperf_cli.stream import RecordWriter  # noqa: E402
 
@@ -114,8 +115,10 @@ def main():
 
     gc.disable()        # as hlo-split does
 
-    largest = sorted(glob.glob(os.path.join(ROOT, "examples", "hlo", "*.hlo")), key=os.path.getsize)[-1]
-    programs = {os.path.basename(largest): [open(largest).read()]}
+    # the largest by its text (the files are zstd, so their sizes rank them otherwise)
+    largest = max(glob.glob(os.path.join(ROOT, "examples", "hlo", "*.hlo.zst")),
+                  key=lambda p: len(read_hlo(p).text))
+    programs = {os.path.basename(largest).removesuffix(".zst"): [read_hlo(largest).text]}
     if TILE_SAMPLE:
         programs["TPU kernels (tiled layouts)"] = [k["hlo"] for k in json.load(open(TILE_SAMPLE))] * 16
     sizes = [int(x) for x in args.sizes.split(",")]

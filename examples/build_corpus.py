@@ -4,8 +4,8 @@
 Every program listed in examples/programs.json (optimized XLA:CPU HLO in
 examples/hlo/) goes through the project's own tools,
 
-    hlo-split examples/hlo/P.hlo | measure --backend cpu (steady defaults:
-                                   one pinned CPU, process clock)       ->  kernels/P.zst
+    hlo-split examples/hlo/P.hlo.zst | measure --backend cpu (steady defaults:
+                                       one pinned CPU, process clock)   ->  kernels/P.zst
     featurize < kernels/P.zst                                            ->  graphs/P.zst
 
 so each program gets one zstd shard of kernel records with their measured
@@ -293,7 +293,7 @@ def generate_command(source, limit, args):
                               "-q", "-o", str(WORK / f"{source}.tmp.zst")]
     # they draw from the programs of every split's train list
     if source in PROGRAM_SOURCES:
-        cmd += [str(HERE / "hlo" / f"{p}.hlo") for p in draw_from()]
+        cmd += [str(HERE / "hlo" / f"{p}.hlo.zst") for p in draw_from()]
     shards = sorted((CORPUS / "kernels").glob("*.zst"))
     if source != "ops":
         shards += [WORK / "ops.zst"] if (WORK / "ops.zst").exists() else generated_chunks("ops")

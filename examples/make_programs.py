@@ -6,7 +6,8 @@ Transformer encoder, an LSTM/GRU over a sequence, an embedding lookup with
 attention, ...), usually a whole training step (loss, gradient, SGD update).
 It is traced with jax.jit, lowered with abstract arguments (no data is
 needed) and compiled by XLA for the CPU; the post-optimization HLO text
-(``compiled.as_text()``, what XLA runs) is written to ``<out>/<name>.hlo``.
+(``compiled.as_text()``, what XLA runs) is written to ``<out>/<name>.hlo.zst``
+(zstd, which hlo-split and the other tools read as it is).
 
 Program variants change the program (size, batch, dtype) or only XLA's
 fusion decisions (flags passed per compile: passes disabled, fusion emitters
@@ -1324,23 +1325,27 @@ def main(argv=None):
                     if p["name"] in known}
 
     # drop programs no longer in the list
-    for f in sorted(out.glob("*.hlo")):
-        if f.stem not in known:
+    for f in sorted(out.glob("*.hlo.zst")):
+        if f.name.removesuffix(".hlo.zst") not in known:
             print(f"removing stale {f}", file=sys.stderr)
             f.unlink()
     setup_jax()
+    import zstandard
+
+    # level 19, one frame a file: the programs are committed, and the checkout must stay small
+    zstd = zstandard.ZstdCompressor(level=19)
     all_bodies = set()
     t_all = time.time()
     for i, s in enumerate(specs):
         t0 = time.time()
         text = compile_text(s)
-        (out / f"{s.name}.hlo").write_text(text)
+        (out / f"{s.name}.hlo.zst").write_bytes(zstd.compress(text.encode()))
         n, bodies = count_kernels(text)
         all_bodies |= bodies
         manifest[s.name] = {
             "name": s.name, "family": s.family, "size": s.size, "mode": s.mode,
             "batch": s.batch, "dtype": s.dtype, "variant": s.variant,
-            "xla_options": VARIANTS[s.variant], "file": f"hlo/{s.name}.hlo",
+            "xla_options": VARIANTS[s.variant], "file": f"hlo/{s.name}.hlo.zst",
             "kernels_hint": n, "distinct_hint": len(bodies),
             "while_loops": text.count(" while("), "bytes": len(text),
             "max_elements": max_elements(text),

@@ -12,10 +12,11 @@ import pytest
 
 import tpuperf_cli as tp
 from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.hlo.dump import read_hlo
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "hlo" / "mlp_s_train.hlo"
-BASE = ROOT / "examples" / "hlo" / "mlp_m_train.hlo"
+EXAMPLE = ROOT / "examples" / "hlo" / "mlp_s_train.hlo.zst"
+BASE = ROOT / "examples" / "hlo" / "mlp_m_train.hlo.zst"
 
 
 def _env():
@@ -58,7 +59,7 @@ def test_estimate_hlo_matches_the_tools():
     for k in est.kernels:
         assert k.total_ns == pytest.approx(k.pred_ns * k.count)
     # text and a path give the same
-    same = tp.estimate_hlo(EXAMPLE.read_text(), name="x")
+    same = tp.estimate_hlo(read_hlo(EXAMPLE).text, name="x")
     assert same.program == "x" and same.total_ns == pytest.approx(est.total_ns, rel=1e-12)
     frame = est.to_pandas()
     assert list(frame.columns) == ["name", "opcode", "fusion_kind", "count", "count_known",
@@ -171,7 +172,7 @@ def test_tpuperf_compare_prints_the_api_s_ranking():
     from tpuperf_cli.cli import load_command
 
     compare = load_command("compare")
-    small = ROOT / "examples" / "hlo" / "autoenc_s_train.hlo"
+    small = ROOT / "examples" / "hlo" / "autoenc_s_train.hlo.zst"
     out = CliRunner().invoke(compare, ["--format", "json", "--top", "2", str(small), str(EXAMPLE)])
     assert out.exit_code == 0, (out.output, out.exception)
     doc = json.loads(out.stdout)

@@ -6,10 +6,11 @@ import pathlib
 import pytest
 
 from tpuperf_cli.hlo.cost import KERNEL_FEATURES, alignment, kernel_cost
+from tpuperf_cli.hlo.dump import read_hlo
 from tpuperf_cli.hlo.parser import parse_module
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((ROOT / "examples" / "hlo").glob("*.hlo"))
+EXAMPLES = sorted((ROOT / "examples" / "hlo").glob("*.hlo.zst"))
 
 # Kernels whose flops XLA does not know: it reports -1 for a custom-call
 # (LAPACK, TopK, ...); we report 0. Every other kernel must agree.
@@ -216,12 +217,12 @@ def test_agrees_with_xla_on_jax_programs():
 
 
 def test_agrees_with_xla_on_sample_examples():
-    picked = [p for p in EXAMPLES if p.stem in ("cnn_s_train", "gru_s_train")]
+    picked = [p for p in EXAMPLES if p.name in ("cnn_s_train.hlo.zst", "gru_s_train.hlo.zst")]
     if not picked:
         pytest.skip("examples/hlo not generated")
     records = []
     for p in picked:
-        records += split(p.read_text(), p.stem)
+        records += split(read_hlo(p).text, p.name.removesuffix(".hlo.zst"))
     check_agreement(records)
 
 
@@ -231,7 +232,7 @@ def test_agrees_with_xla_on_every_example_kernel():
         pytest.skip("examples/hlo not generated")
     records = []
     for p in EXAMPLES:
-        records += split(p.read_text(), p.stem)
+        records += split(read_hlo(p).text, p.name.removesuffix(".hlo.zst"))
     check_agreement(records)
 
 

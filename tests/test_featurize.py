@@ -601,7 +601,7 @@ def test_fast_start_no_heavy_imports():
 
 
 def test_pipeline_from_hlo_split():
-    hlo = ROOT / "examples" / "hlo" / "mlp_s_train.hlo"
+    hlo = ROOT / "examples" / "hlo" / "mlp_s_train.hlo.zst"
     if not hlo.exists():
         pytest.skip("examples not generated")
     split = subprocess.run([sys.executable, "-m", "tpuperf_cli", "hlo-split", "-q", str(hlo)],

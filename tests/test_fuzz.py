@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from tpuperf_cli.cli import load_command
 from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.hlo.dump import read_hlo
 from tpuperf_cli.hlo.parser import parse_module
 from tpuperf_cli.hlo.split import kernel_records
 from tpuperf_cli.stream import decode_array, is_array, read_records
@@ -35,8 +36,8 @@ from conftest import stream_bytes
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HLO_FILES = [ROOT / "tests" / "data" / "hlo" / n for n in ("tpu_style.hlo", "gpu_style.hlo",
                                                              "async_explicit.hlo")]
-HLO_FILES += [ROOT / "examples" / "hlo" / "mlp_s_train.hlo"]
-TEXTS = [p.read_text() for p in HLO_FILES]
+HLO_FILES += [ROOT / "examples" / "hlo" / "mlp_s_train.hlo.zst"]
+TEXTS = [read_hlo(p).text for p in HLO_FILES]
 
 _QUICK = dict(deadline=None, database=None, derandomize=True, print_blob=True,
               suppress_health_check=list(HealthCheck))

@@ -16,6 +16,7 @@ from tpuperf_cli.generate import driver, fusions, heavy, indexed, ops, source, s
 from tpuperf_cli.hlo.compilable import compilable_module
 from tpuperf_cli.hlo.compile import optimize
 from tpuperf_cli.hlo.cost import kernel_cost
+from tpuperf_cli.hlo.dump import read_hlo
 from tpuperf_cli.hlo.parser import parse_module
 from tpuperf_cli.hlo.split import find_kernels, module_fingerprint
 from tpuperf_cli.records import (
@@ -29,7 +30,7 @@ from tpuperf_cli.records import (
 from tpuperf_cli.split import train_in_all
 
 EX = Path(__file__).resolve().parent.parent / "examples"
-MLP = str(EX / "hlo" / "mlp_s_train.hlo")
+MLP = str(EX / "hlo" / "mlp_s_train.hlo.zst")
 
 
 def take(gen, n):
@@ -164,7 +165,7 @@ def test_fusions_needs_programs():
 
 # ---------------------------------------------------------------- variants
 
-CNN = str(EX / "hlo" / "cnn_s_train.hlo")
+CNN = str(EX / "hlo" / "cnn_s_train.hlo.zst")
 
 
 def test_variants_are_fusions_with_other_arithmetic_and_clamps():
@@ -172,7 +173,7 @@ def test_variants_are_fusions_with_other_arithmetic_and_clamps():
     kernels, deterministic, named variants:ORIGIN, and holding ops the
     program's own fusions never have (cnn_s has no clamp, tanh or divide
     in a fusion)."""
-    program_ops = set(re.findall(r"= \S+ ([a-z-]+)\(", Path(CNN).read_text()))
+    program_ops = set(re.findall(r"= \S+ ([a-z-]+)\(", read_hlo(CNN).text))
     assert "clamp" not in program_ops
     log = []
     first = take(variants.generate(0, [CNN], log.append), 12)
@@ -272,7 +273,7 @@ def test_sweep_spec_names_like_make_spec():
 
 
 def test_sweep_program_names():
-    assert sweeps.program_names([MLP, "mlp_s_train", "cnn_s_train"]) == [
+    assert sweeps.program_names([MLP, "mlp_s_train", "cnn_s_train", "hlo/cnn_s_train.hlo"]) == [
         "mlp_s_train", "cnn_s_train"]
     with pytest.raises(TpuperfError, match="not an example program"):
         sweeps.program_names(["nosuch_train"])

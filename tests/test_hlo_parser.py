@@ -13,11 +13,12 @@ from test_hlo_split import xla_view  # noqa: E402  (XLA's view of a module)
 
 from tpuperf_cli.errors import ParseError
 from tpuperf_cli.hlo import attrs
+from tpuperf_cli.hlo.dump import read_hlo
 from tpuperf_cli.hlo.parser import parse_file, parse_module, parse_shape
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "hlo"
-EXAMPLES = sorted(glob.glob(str(ROOT / "examples" / "hlo" / "*.hlo")))
+EXAMPLES = sorted(glob.glob(str(ROOT / "examples" / "hlo" / "*.hlo.zst")))
 TPU_SAMPLE = ROOT / "examples" / "tile" / "tpu_tile_sample.json"
 
 
@@ -53,10 +54,10 @@ def _same_as_xla(text, name="t"):
     return module
 
 
-@pytest.mark.skipif(not EXAMPLES, reason="examples/hlo/*.hlo not generated yet")
+@pytest.mark.skipif(not EXAMPLES, reason="examples/hlo/*.hlo.zst not generated yet")
 @pytest.mark.parametrize("path", EXAMPLES, ids=[os.path.basename(p) for p in EXAMPLES])
 def test_example_programs_parse_like_xla(path):
-    module = _same_as_xla(pathlib.Path(path).read_text(), path)
+    module = _same_as_xla(read_hlo(path).text, path)
     assert module.source == path
     for comp in module.computations.values():
         for ins in comp.instructions:
@@ -444,8 +445,8 @@ def test_rows_read_as_the_careful_way_does(text, monkeypatch):
     pass (rows); the IR must be what the line-by-line way builds."""
     from tpuperf_cli.hlo import parser
 
-    if text.endswith(".hlo"):
-        text = pathlib.Path(text).read_text()
+    if text.endswith(".hlo.zst"):
+        text = read_hlo(text).text
     parser.clear_caches()
     fast = _ir(parse_module(text, "t"))
     parser.clear_caches()

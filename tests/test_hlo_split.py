@@ -13,13 +13,14 @@ import sys
 import pytest
 from click.testing import CliRunner
 
+from tpuperf_cli.hlo.dump import read_hlo
 from tpuperf_cli.hlo.parser import parse_module
 from tpuperf_cli.hlo.split import find_kernels, fingerprint, kernel_module, kernel_records
 from tpuperf_cli.stream import read_records
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "hlo"
-EXAMPLES = sorted(glob.glob(str(ROOT / "examples" / "hlo" / "*.hlo")))
+EXAMPLES = sorted(glob.glob(str(ROOT / "examples" / "hlo" / "*.hlo.zst")))
 TPU_SAMPLE = ROOT / "examples" / "tile" / "tpu_tile_sample.json"
 HLO_SPLIT = [sys.executable, "-m", "tpuperf_cli", "hlo-split"]
 
@@ -197,10 +198,10 @@ def _check_program(text, name):
 
 # ---------------------------------------------------------------- programs
 
-@pytest.mark.skipif(not EXAMPLES, reason="examples/hlo/*.hlo not generated yet")
+@pytest.mark.skipif(not EXAMPLES, reason="examples/hlo/*.hlo.zst not generated yet")
 @pytest.mark.parametrize("path", EXAMPLES, ids=[os.path.basename(p) for p in EXAMPLES])
 def test_example_program_splits_like_xla(path):
-    text = pathlib.Path(path).read_text()
+    text = read_hlo(path).text
     module, kernels = _check_program(text, path)
     assert kernels, "a program without kernels"
     records = list(kernel_records(module, program="p"))
@@ -323,12 +324,13 @@ import jax
 from jax._src.lib import xla_client as xc
 from tpuperf_cli.hlo.parser import parse_module
 from tpuperf_cli.hlo.compilable import timing_module
+from tpuperf_cli.hlo.dump import read_hlo
 from tpuperf_cli.hlo.split import kernel_records
 client = jax.devices("cpu")[0].client
 devices = xc.DeviceList(tuple(jax.devices("cpu")[:1]))
 n = 0
 for path in sys.argv[1:]:
-    for r in kernel_records(parse_module(open(path).read(), path)):
+    for r in kernel_records(parse_module(read_hlo(path).text, path)):
         text = timing_module(r["hlo"])
         comp = xc.XlaComputation(xc._xla.hlo_module_from_text(text).as_serialized_hlo_module_proto())
         mlir = xc._xla.mlir.xla_computation_to_mlir_module(comp)
@@ -343,9 +345,9 @@ def test_kernels_compile_on_cpu():
     compiles), inside measure's timing loop; in a child process, because XLA
     aborts the process on some inputs instead of raising."""
     pytest.importorskip("jax")
-    files = [p for p in EXAMPLES if os.path.basename(p) in ("mlp_s_train.hlo", "cnn_s_train.hlo")]
+    files = [p for p in EXAMPLES if os.path.basename(p) in ("mlp_s_train.hlo.zst", "cnn_s_train.hlo.zst")]
     if not files:
-        pytest.skip("examples/hlo/*.hlo not generated yet")
+        pytest.skip("examples/hlo/*.hlo.zst not generated yet")
     p = subprocess.run([sys.executable, "-c", _COMPILE_ALL, *files], capture_output=True,
                        cwd=ROOT, timeout=600)
     assert p.returncode == 0, p.stderr.decode()[-2000:]
@@ -580,11 +582,11 @@ def test_cli_malformed_attributes_exit_2(tmp_path, text, where, what):
     assert p.stdout == b""
 
 
-@pytest.mark.skipif(not (ROOT / "examples" / "hlo" / "bnmlp_m_train.hlo").exists(),
-                    reason="examples/hlo/bnmlp_m_train.hlo not generated yet")
+@pytest.mark.skipif(not (ROOT / "examples" / "hlo" / "bnmlp_m_train.hlo.zst").exists(),
+                    reason="examples/hlo/bnmlp_m_train.hlo.zst not generated yet")
 def test_cli_file_cut_after_calls_exits_2(tmp_path):
-    # `head -c 70590 examples/hlo/bnmlp_m_train.hlo`: an IndexError before
-    data = (ROOT / "examples" / "hlo" / "bnmlp_m_train.hlo").read_bytes()
+    # `zstd -dc examples/hlo/bnmlp_m_train.hlo.zst | head -c 70590`: an IndexError before
+    data = read_hlo(ROOT / "examples" / "hlo" / "bnmlp_m_train.hlo.zst").text.encode()
     cut = data[:data.index(b"calls=", 70000) + len(b"calls=")]
     path = tmp_path / "t.hlo"
     path.write_bytes(cut)

@@ -15,7 +15,7 @@ from tpuperf_cli.commands.options import resolve_model
 from tpuperf_cli.model import default_model_path
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-HLO = ROOT / "examples" / "hlo" / "mlp_s_train.hlo"
+HLO = ROOT / "examples" / "hlo" / "mlp_s_train.hlo.zst"
 KERNELS = ROOT / "examples" / "corpus" / "kernels" / "mlp_s_train.zst"
 GRAPHS = ROOT / "examples" / "corpus" / "graphs" / "mlp_s_train.zst"
 TILE = ROOT / "examples" / "tile" / "tpu_tile_sample.json"

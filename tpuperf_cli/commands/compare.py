@@ -49,7 +49,7 @@ def cli(inputs, module_re, backend, model, top, fmt, output, quiet):
     program only counts zero in the other.
 
     Programs are named as hlo-split names them: the file name without
-    .hlo/.txt, or module_NNNN.NAME for XLA's dump files.
+    .hlo/.txt and .zst, or module_NNNN.NAME for XLA's dump files.
 
     The same in Python: tpuperf_cli.compare({"a": "a.hlo", "b": compiled}).
 

@@ -47,10 +47,11 @@ candidate each):
            then as a one-op kLoop fusion. Sizes are log-uniform, capped at
            2e8 flops and 64 MB per kernel, for runtimes of about 1 us to a
            few ms on a CPU. It draws from no programs and never ends.
-  fusions  from PROGRAMS (optimized HLO files), their fusions undone:
-           random connected producer-consumer groups of fusible ops, one
-           op to dozens, kept when XLA:CPU compiles the group into exactly
-           one kernel. Records: program fusions:..., origin the program.
+  fusions  from PROGRAMS (optimized HLO files, plain or zstd), their
+           fusions undone: random connected producer-consumer groups of
+           fusible ops, one op to dozens, kept when XLA:CPU compiles the
+           group into exactly one kernel. Records: program fusions:...,
+           origin the program.
   variants fusions' groups of PROGRAMS with their arithmetic changed:
            each float elementwise op, half the time, becomes another of
            its arity (add, subtract, multiply, divide, maximum, minimum;
@@ -59,7 +60,7 @@ candidate each):
            (relu6), so ops the programs lack reach fused kernels. Kept as
            fusions' are. Records: program variants:..., origin the program.
   sweeps   the example programs named in PROGRAMS (resnet_s_train, or its
-           file examples/hlo/resnet_s_train.hlo) rebuilt in JAX at other
+           file examples/hlo/resnet_s_train.hlo.zst) rebuilt in JAX at other
            batches, sizes, sequence lengths and dtypes, compiled by XLA:CPU
            and split; needs a checkout (examples/make_programs.py). Ends
            when every point of the grid is built. Records: program
@@ -105,8 +106,8 @@ Examples:
   tpuperf generate --source ops --limit 500 -o ops.zst
   tpuperf generate --source ops --limit 50 | featurize | measure --backend cpu -o ops.msgpack
   tpuperf generate --source ops --seed 7 --exclude 'shards/*.zst' -o more.zst
-  tpuperf generate --source fusions examples/hlo/*.hlo --limit 2000 -o fusions.zst
-  tpuperf generate --source variants examples/hlo/cnn_s_train.hlo --limit 200 -o variants.zst
+  tpuperf generate --source fusions examples/hlo/*.hlo.zst --limit 2000 -o fusions.zst
+  tpuperf generate --source variants examples/hlo/cnn_s_train.hlo.zst --limit 200 -o variants.zst
 
 \b
 Exit status:

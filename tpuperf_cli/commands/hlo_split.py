@@ -59,8 +59,8 @@ def _ops(module, ins):
 @click.argument("files", nargs=-1, type=click.Path(allow_dash=True))
 @click.option("--program", "-p", metavar="NAME",
               help="Program name for the records (default: the file name without "
-                   ".hlo/.txt, module_NNNN.NAME in a dump directory, or the HloModule name "
-                   "when reading stdin). Only with one input.")
+                   ".hlo/.txt and .zst, module_NNNN.NAME in a dump directory, or the HloModule "
+                   "name when reading stdin). Only with one input.")
 @click.option("--module", "module_re", metavar="REGEX",
               help="In dump directories, only the modules whose name (module_NNNN.NAME) "
                    "matches REGEX (Python re.search), e.g. --module train_step.")

@@ -177,13 +177,15 @@ def progress_line(source, count, seconds):
 
 def load_graphs(paths: Sequence[str]) -> list[Graph]:
     """The flat graphs (fusions inlined) of the computations that run in
-    each HLO file, those with at least one fusible op."""
-    from tpuperf_cli.hlo.parser import parse_file
+    each HLO file (text, plain or zstd, or a proto), those with at least
+    one fusible op."""
+    from tpuperf_cli.hlo.dump import read_hlo
+    from tpuperf_cli.hlo.parser import parse_module
 
     graphs = []
     for path in paths:
-        module = parse_file(path)
-        program = Path(path).stem
+        module = parse_module(read_hlo(path).text, str(path))
+        program = Path(str(path).removesuffix(".zst")).stem      # NAME of NAME.hlo.zst
         for comp in _running_computations(module):
             nodes = flatten(module, comp)
             users = {name: [] for name in nodes}

@@ -2,14 +2,15 @@
 sequence lengths and dtypes, so that the same ops occur at many shapes.
 
 `programs` name the example programs to sweep, each by name
-(`resnet_s_train`) or by its HLO file (`examples/hlo/resnet_s_train.hlo`,
-whose stem is the name); `examples/make_programs.py --list` lists them. Each
-is rebuilt in JAX by make_programs.sweep_spec at points of a grid (batch
-BATCH_SCALES x its default, size axis SIZE_SCALES x its own: image side,
-sequence length or widths, dtype in DTYPES), compiled by XLA:CPU and split
-into kernels as hlo-split splits a program. The seed shuffles the points of
-all programs given into the order they are built; the source ends when all
-are. A point that is an example program itself (resnet_s_train at bf16 is
+(`resnet_s_train`) or by its HLO file (`examples/hlo/resnet_s_train.hlo.zst`
+or a plain .hlo: the file name less those endings is the name);
+`examples/make_programs.py --list` lists them. Each is rebuilt in JAX by
+make_programs.sweep_spec at points of a grid (batch BATCH_SCALES x its
+default, size axis SIZE_SCALES x its own: image side, sequence length or
+widths, dtype in DTYPES), compiled by XLA:CPU and split into kernels as
+hlo-split splits a program. The seed shuffles the points of all programs
+given into the order they are built; the source ends when all are. A point
+that is an example program itself (resnet_s_train at bf16 is
 resnet_s_train_bf16) is skipped: a sweep must not rebuild a program that may
 be on the test side of a split.
 
@@ -65,7 +66,10 @@ def program_names(programs: Sequence[str]) -> list[str]:
     known = {s.name for s in make_programs().all_specs()}
     names = []
     for p in programs:
-        name = Path(p).stem if p.endswith(".hlo") else p
+        if p.endswith((".hlo", ".hlo.zst")):
+            name = Path(p).name.removesuffix(".zst").removesuffix(".hlo")
+        else:
+            name = p
         if name not in known:
             raise TpuperfError(f"--source sweeps: {p}: not an example program "
                                f"(examples/make_programs.py --list names them)")
