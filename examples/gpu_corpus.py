@@ -43,6 +43,15 @@ that returns only small files). The noise figures come from
 benchmarks/bench_measure_noise.py --kernels work/kernels, run after this.
 Progress goes to stderr.
 
+To grow an installed corpus on a later GPU (which may be another machine
+of the same kind), `--grow DIR`: the --check programs (a few of DIR's)
+are measured again first, then only the programs DIR lacks (with
+--sweeps, the sweep points it lacks, in the same seeded order); at home
+`--install W --merge` adds the new programs to DIR, refuses records of
+another target, and writes the check programs' ratios to DIR's labels
+(median, p10, p90) into the manifest's `grown` list, so that whether the
+new machine times as the corpus's did is on record.
+
 Back home (the GPU machine has no zstandard), with the archives unpacked
 into one folder W (`tar xJf` each):
 
@@ -78,6 +87,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 JAX_PLATFORM = {"gpu": "cuda", "tpu": "tpu", "cpu": "cpu"}
 SWEEP_SEED = 0
+# --grow's check: small programs of the corpus, quick to compile, that hold
+# each kind of GPU kernel (Triton GEMMs, loop and input fusions, cuDNN
+# convolutions, gathers and scatters)
+CHECK_PROGRAMS = ("mlp_s_train", "cnn_s_train", "bnmlp_s_train", "embedattn_s_train")
 
 
 def log(msg):
@@ -113,11 +126,15 @@ def trainable():
     return set(build_corpus.draw_from())
 
 
-def tasks(only, sweeps):
+def tasks(only, sweeps, grow=None, check=(), limit=None):
     """[(name, point)], each name once: the example programs (point None),
     then with sweeps the sweep grid's points (program, batch, dtype, k) of
     the trainable ones (two points can make one program: the first is
-    kept)."""
+    kept).
+
+    With `grow` (an installed corpus's manifest): the `check` programs
+    first (measured again, to compare with the corpus's labels: is this the
+    corpus's machine?), then only what the corpus lacks, at most `limit`."""
     mp = make_programs()
     specs = [s for s in mp.all_specs() if not only or s.name in only or s.family in only]
     out = {s.name: None for s in specs}
@@ -127,7 +144,16 @@ def tasks(only, sweeps):
         keep = trainable()
         for point in sweep_points([s.name for s in specs if s.name in keep], SWEEP_SEED):
             out.setdefault(mp.sweep_spec(*point).name, list(point))
-    return list(out.items())
+    todo = list(out.items())
+    if grow is not None:
+        have = {p["name"] for p in grow["programs"]} | set(grow.get("sweeps_left_out", ()))
+        missing = [c for c in check if c not in have]
+        if missing:
+            raise SystemExit(f"gpu_corpus: --check {' '.join(missing)}: not in the corpus")
+        todo = [(c, None) for c in check] + [t for t in todo if t[0] not in have and t[0] not in check]
+    if limit is not None:
+        todo = todo[:len(check) + limit] if grow is not None else todo[:limit]
+    return todo
 
 
 def compile_one(name, point, hlo_dir):
@@ -326,7 +352,8 @@ def manifest(work, names, failures, seconds):
     doc = {"built_by": "examples/gpu_corpus.py", "target": target, "machine": machine(),
            "jax": jax.__version__, "python": sys.version.split()[0], "programs": programs,
            "kernels": total, "distinct_measured": len(distinct), "failures": failures,
-           "seconds": round(sum(runs), 1), "runs_seconds": runs}
+           "seconds": round(sum(runs), 1), "runs_seconds": runs,
+           "finished_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     (work / "manifest.json").write_text(json.dumps(doc, indent=1) + "\n")
     return doc
 
@@ -354,32 +381,72 @@ def archive(work, prefix, parts):
             log(f"wrote {path} ({os.path.getsize(path) / 2**20:.1f} MiB)")
 
 
-def install(work, into, noise_json=None):
+def shard_name(p):
+    """A program's shard in the corpus folder: a sweep's is a generated
+    pseudo-program's (`sweeps-P`)."""
+    return f"sweeps-{p['name']}" if p.get("sweep_of") else p["name"]
+
+
+def machine_check(into, work, names):
+    """The `check` programs of a --grow run against the corpus's labels:
+    the ratio of each kernel's new runtime to its corpus runtime (kernels
+    measured in both, by fingerprint)."""
+    import numpy as np
+
+    from tpuperf_cli.stream import read_records
+
+    old, new = {}, {}
+    for name in names:
+        for r in read_records(str(into / "kernels" / f"{name}.zst")):
+            if r.get("runtime_ns"):
+                old[r["fingerprint"]] = r["runtime_ns"]
+        for r in read(work / "kernels" / f"{name}.msgpack"):
+            if r.get("runtime_ns"):
+                new[r["fingerprint"]] = r["runtime_ns"]
+    both = sorted(old.keys() & new.keys())
+    if not both:
+        return {"programs": sorted(names), "kernels": 0}
+    ratio = np.array([new[f] / old[f] for f in both])
+    return {"programs": sorted(names), "kernels": len(both),
+            "median_ratio": round(float(np.median(ratio)), 3),
+            "p10": round(float(np.percentile(ratio, 10)), 3),
+            "p90": round(float(np.percentile(ratio, 90)), 3)}
+
+
+def install(work, into, noise_json=None, merge=False):
     """The unpacked archives in `work` as a corpus folder `into` (see the
-    module docstring)."""
+    module docstring). With `merge`, a --grow run's programs join the
+    corpus already in `into` (which must be of the same target): its check
+    programs are compared with the corpus's labels, not installed."""
     from tpuperf_cli.hlo.parser import parse_module
     from tpuperf_cli.hlo.split import kernel_records
-    from tpuperf_cli.records import ORIGIN, SOURCE
-    from tpuperf_cli.stream import RecordWriter
+    from tpuperf_cli.records import ORIGIN, SOURCE, target_identity
+    from tpuperf_cli.stream import RecordWriter, read_records
 
     doc = json.loads((work / "manifest.json").read_text())
+    base = None
+    if merge:
+        base = json.loads((into / "manifest.json").read_text())
+        if target_identity(doc["target"]) != target_identity(base["target"]):
+            raise SystemExit(f"gpu_corpus: {work} was measured on {doc['target']}, the corpus in "
+                             f"{into} on {base['target']}: a corpus comes from one machine")
     (into / "kernels").mkdir(parents=True, exist_ok=True)
-    failed, distinct, measured = {}, set(), 0
     keep = trainable()
-    programs, left_out = {}, set()
+    programs, left_out = {}, set(base.get("sweeps_left_out", ())) if base else set()
+    installed = {p["name"] for p in base["programs"]} if base else set()
+    check = [p["name"] for p in doc["programs"] if p["name"] in installed]
     for p in doc["programs"]:         # each once (an older run listed some twice)
         if p.get("sweep_of") and p["sweep_of"] not in keep:
             left_out.add(p["name"])      # made from a valid or test program of a split
-        else:
+        elif p["name"] not in installed:
             programs.setdefault(p["name"], p)
-    doc["programs"] = list(programs.values())
-    for p in doc["programs"]:
+    new = list(programs.values())
+    for p in new:
         records = read(work / "kernels" / f"{p['name']}.msgpack")
-        shard = p["name"]
+        shard = shard_name(p)
         if p.get("sweep_of"):
             # a generated pseudo-program, as `tpuperf generate --source sweeps`
             # names its records: the splits' "sweeps:*" puts it in training
-            shard = f"sweeps-{p['name']}"
             for r in records:
                 r.update(program=f"sweeps:{p['name']}", **{SOURCE: "sweeps", ORIGIN: p["sweep_of"]})
         hlo = work / "hlo" / f"{p['name']}.hlo"
@@ -389,6 +456,18 @@ def install(work, into, noise_json=None):
         with RecordWriter(str(into / "kernels" / f"{shard}.zst"), compress=True, level=19) as w:
             for r in records:
                 w.write(r)
+    if base:
+        run = {"machine": doc["machine"], "jax": doc["jax"], "finished_utc": doc.get("finished_utc"),
+               "seconds": doc["seconds"],
+               "programs_added": len(new), "check": machine_check(into, work, check)}
+        log(f"the corpus's programs measured again: {run['check']}")
+        doc = dict(base, programs=base["programs"] + new, grown=base.get("grown", []) + [run])
+    else:
+        doc["programs"] = new
+    # the totals, over every shard of the corpus
+    failed, distinct, measured = {}, set(), 0
+    for p in doc["programs"]:
+        records = list(read_records(str(into / "kernels" / f"{shard_name(p)}.zst")))
         ok, errors = tally(records)
         measured += len(ok)
         distinct |= {r["fingerprint"] for r in ok}
@@ -437,11 +516,25 @@ def main(argv=None):
                     help="with --install: the corpus folder (default examples/corpus-gpu)")
     ap.add_argument("--noise", metavar="JSON",
                     help="with --install: bench_measure_noise.py's --json for the manifest")
+    ap.add_argument("--grow", metavar="DIR",
+                    help="add to the corpus installed in DIR: measure the --check programs again, "
+                         "then only the programs (with --sweeps, the sweeps) DIR lacks")
+    ap.add_argument("--check", nargs="+", default=list(CHECK_PROGRAMS),
+                    help="with --grow: the corpus's programs measured again, to compare with its "
+                         f"labels (default {' '.join(CHECK_PROGRAMS)})")
+    ap.add_argument("--limit", type=int, help="at most this many programs (after --check's)")
+    ap.add_argument("--merge", action="store_true",
+                    help="with --install: add a --grow run's programs to the corpus in --into "
+                         "(the same target), comparing its --check programs with the corpus")
     ap.add_argument("--compile-one", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
 
+    if a.grow and not (Path(a.grow) / "manifest.json").is_file():
+        ap.error(f"--grow {a.grow}: no manifest.json there (an installed corpus folder)")
+    if a.install and a.merge and not (Path(a.into) / "manifest.json").is_file():
+        ap.error(f"--merge: {a.into} has no manifest.json to add to")
     if a.install:
-        install(Path(a.install), Path(a.into), a.noise)
+        install(Path(a.install), Path(a.into), a.noise, merge=a.merge)
         return 0
     if not a.work:
         ap.error("--work is required (or --install)")
@@ -453,7 +546,8 @@ def main(argv=None):
     t0 = time.time()
     for sub in ("hlo", "kernels", "logs"):
         (work / sub).mkdir(parents=True, exist_ok=True)
-    todo = tasks(set(a.only or ()), a.sweeps)
+    grow = json.loads((Path(a.grow) / "manifest.json").read_text()) if a.grow else None
+    todo = tasks(set(a.only or ()), a.sweeps, grow, a.check if grow else (), a.limit)
     extra = ["--samples", str(a.samples), "--cpus", "all"]
     runner = Runner(work, a.backend, extra, t0 + (a.stop or a.budget + 120))
     timer = threading.Timer(max(0.0, runner.stop_at - time.time()), runner.stop)

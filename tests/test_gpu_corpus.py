@@ -239,3 +239,58 @@ def test_the_gpu_calibrate_script_runs_the_benchmark_on_cpu(tmp_path):
     figures = json.loads((tmp_path / "out" / "calibrate.json").read_text())
     assert figures["rows"]["bundled"]["n"] >= 5
     assert (tmp_path / "out" / "cache" / "measurements.sqlite3").exists()
+
+
+def test_grow_measures_what_the_corpus_lacks_and_merge_adds_it_on_cpu(tmp_path):
+    """--grow: the check program measured again, then one sweep the corpus
+    lacks; --install --merge adds the sweep and compares the check program
+    with the corpus's labels."""
+    script = str(ROOT / "examples" / "gpu_corpus.py")
+    into = tmp_path / "corpus"
+
+    def run(*argv, timeout=600):
+        p = subprocess.run([sys.executable, script, *argv], capture_output=True, text=True,
+                           timeout=timeout)
+        assert p.returncode == 0, p.stderr
+        return p.stderr
+
+    common = ["--backend", "cpu", "--only", "mlp_s_train", "--jobs", "1", "--samples", "3"]
+    run("--work", str(tmp_path / "w1"), *common)
+    run("--install", str(tmp_path / "w1"), "--into", str(into))
+    first = json.loads((into / "manifest.json").read_text())
+    err = run("--work", str(tmp_path / "w2"), *common, "--sweeps", "--grow", str(into),
+              "--check", "mlp_s_train", "--limit", "1")
+    assert "2 programs, backend cpu" in err
+    err = run("--install", str(tmp_path / "w2"), "--into", str(into), "--merge")
+    doc = json.loads((into / "manifest.json").read_text())
+    names = [p["name"] for p in doc["programs"]]
+    assert names[0] == "mlp_s_train" and len(names) == 2
+    sweep = doc["programs"][1]
+    assert sweep["sweep_of"] == "mlp_s_train"
+    records = list(read_records(str(into / "kernels" / f"sweeps-{sweep['name']}.zst")))
+    assert len(records) == sweep["kernels"] and {r["program"] for r in records} == {f"sweeps:{sweep['name']}"}
+    assert doc["measured"] == first["measured"] + sweep["measured"]
+    (grown,) = doc["grown"]
+    assert grown["programs_added"] == 1 and grown["check"]["kernels"] == first["distinct_measured"]
+    assert 0 < grown["check"]["p10"] <= grown["check"]["median_ratio"] <= grown["check"]["p90"]
+    assert doc["target"] == first["target"]
+    # a second --grow finds nothing new to take but the check program
+    sys.path.insert(0, str(ROOT / "examples"))
+    import gpu_corpus
+
+    todo = gpu_corpus.tasks({"mlp_s_train"}, True, doc, ["mlp_s_train"], 3)
+    assert [n for n, _ in todo][0] == "mlp_s_train" and sweep["name"] not in [n for n, _ in todo]
+    assert len(todo) == 4
+
+
+def test_merge_refuses_another_target(tmp_path):
+    sys.path.insert(0, str(ROOT / "examples"))
+    import gpu_corpus
+
+    (tmp_path / "w").mkdir()
+    (tmp_path / "c").mkdir()
+    (tmp_path / "w" / "manifest.json").write_text(json.dumps(
+        {"target": dict(MANIFEST["target"], device_kind="NVIDIA H100"), "programs": []}))
+    (tmp_path / "c" / "manifest.json").write_text(json.dumps(MANIFEST))
+    with pytest.raises(SystemExit, match="a corpus comes from one machine"):
+        gpu_corpus.install(tmp_path / "w", tmp_path / "c", merge=True)
