@@ -209,3 +209,14 @@ def test_an_empty_directory_is_an_error(tmp_path):
     result = _run([tmp_path])
     assert result.returncode == 1
     assert b"no optimized HLO module in this directory" in result.stderr
+
+
+@pytest.mark.parametrize("filename, name", [
+    ("examples/hlo/mlp_s_train.hlo.zst", "mlp_s_train"), ("prog.hlo", "prog"),
+    ("prog.txt", "prog"), ("dir/prog.pb", "prog"), ("prog.pbtxt", "prog"),
+    ("prog.mlir", "prog"), ("a.b.hlo", "a.b"), ("prog", "prog"), (".hlo", "")])
+def test_file_program_is_hlo_splits_name_of_a_file(filename, name):
+    # one rule for hlo-split, the Python API and the generators' origins
+    from tpuperf_cli.hlo.dump import file_program
+
+    assert file_program(filename) == name

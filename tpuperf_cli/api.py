@@ -470,15 +470,12 @@ def _one_module(directory, pattern, unoptimized):
 def _file_program(path, text):
     """The program name hlo-split gives a file: module_NNNN.NAME for XLA's
     dump files, else the file name without its extension."""
-    from tpuperf_cli.hlo.dump import module_name, program_name
+    from tpuperf_cli.hlo.dump import file_program, module_name, program_name
 
     base = os.path.basename(path)
     if base.startswith("module_") and "_optimizations." in base:
         return program_name(base, module_name(text)) or base
-    for ext in (".zst", ".pb", ".hlo", ".txt", ".mlir"):
-        if base.endswith(ext):
-            base = base[: -len(ext)]
-    return base or None
+    return file_program(base) or None
 
 
 def _opname(k):

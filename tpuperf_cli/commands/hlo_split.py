@@ -35,17 +35,14 @@ def _not_hlo(data, name):
 
 
 def _program_name(source, module):
-    from tpuperf_cli.hlo.dump import program_name
+    from tpuperf_cli.hlo.dump import file_program, program_name
 
     if source == "-":
         return module.name
     base = os.path.basename(source)
     if base.startswith("module_") and "_optimizations." in base:
         return program_name(base, module.name) or base    # as in a dump directory
-    for ext in (".zst", ".pb", ".hlo", ".txt", ".pbtxt", ".mlir"):
-        if base.endswith(ext):
-            base = base[: -len(ext)]
-    return base or module.name
+    return file_program(base) or module.name
 
 
 def _ops(module, ins):

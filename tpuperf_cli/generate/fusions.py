@@ -31,7 +31,6 @@ import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.hlo.cost import ELEMENTWISE, TRANSCENDENTAL
@@ -179,13 +178,13 @@ def load_graphs(paths: Sequence[str]) -> list[Graph]:
     """The flat graphs (fusions inlined) of the computations that run in
     each HLO file (text, plain or zstd, or a proto), those with at least
     one fusible op."""
-    from tpuperf_cli.hlo.dump import read_hlo
+    from tpuperf_cli.hlo.dump import file_program, read_hlo
     from tpuperf_cli.hlo.parser import parse_module
 
     graphs = []
     for path in paths:
         module = parse_module(read_hlo(path).text, str(path))
-        program = Path(str(path).removesuffix(".zst")).stem      # NAME of NAME.hlo.zst
+        program = file_program(path)
         for comp in _running_computations(module):
             nodes = flatten(module, comp)
             users = {name: [] for name in nodes}

@@ -63,13 +63,12 @@ def make_programs():
 def program_names(programs: Sequence[str]) -> list[str]:
     """The example program names of `programs` (names or HLO file paths),
     each once; TpuperfError for one that is no example program."""
+    from tpuperf_cli.hlo.dump import file_program
+
     known = {s.name for s in make_programs().all_specs()}
     names = []
     for p in programs:
-        if p.endswith((".hlo", ".hlo.zst")):
-            name = Path(p).name.removesuffix(".zst").removesuffix(".hlo")
-        else:
-            name = p
+        name = file_program(p) if p.endswith((".hlo", ".hlo.zst")) else p
         if name not in known:
             raise TpuperfError(f"--source sweeps: {p}: not an example program "
                                f"(examples/make_programs.py --list names them)")

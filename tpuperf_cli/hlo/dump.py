@@ -210,6 +210,17 @@ def program_name(filename, module_name):
     return None
 
 
+def file_program(filename):
+    """The program name hlo-split gives a file XLA did not dump: its name
+    less .zst, then less its HLO extension (mlp.hlo.zst, mlp.hlo, mlp.pb:
+    mlp); '' when nothing is left."""
+    base = os.path.basename(filename)
+    for ext in (".zst", ".pb", ".hlo", ".txt", ".pbtxt", ".mlir"):
+        if base.endswith(ext):
+            base = base[: -len(ext)]
+    return base
+
+
 def module_name(text):
     """The name in an HLO text's HloModule header ('' if none)."""
     m = _RE_HEADER.search(text[:20000])
