@@ -38,6 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import msgpack  # noqa: E402
+from example_programs import largest_example  # noqa: E402
 
 from tpuperf_cli.features import featurize_kernel  # noqa: E402
 from tpuperf_cli.hlo import parser  # noqa: E402
@@ -106,13 +107,7 @@ def main():
     ap.add_argument("--copies", type=int, default=10,
                     help="times the kernel stream is repeated for the command timing")
     args = ap.parse_args()
-    files = args.files
-    if not files:
-        files = glob.glob(os.path.join(ROOT, "examples", "hlo", "*.hlo.zst"))
-        if not files:
-            sys.exit("no examples/hlo/*.hlo.zst; name HLO files to time")
-        # the largest by its text (the files are zstd, so their sizes rank them otherwise)
-        files = [max(files, key=lambda p: len(read_hlo(p).text))]
+    files = args.files or [largest_example()]
 
     import gc
 

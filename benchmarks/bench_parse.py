@@ -11,13 +11,14 @@ kernels, write each standalone module and fingerprint) for reference.
 """
 
 import argparse
-import glob
 import os
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from example_programs import largest_example  # noqa: E402
 
 from tpuperf_cli.hlo import parser  # noqa: E402
 from tpuperf_cli.hlo.dump import read_hlo  # noqa: E402
@@ -51,13 +52,7 @@ def main():
     ap.add_argument("files", nargs="*", help="HLO files (default: the largest examples/hlo/*.hlo.zst)")
     ap.add_argument("--repeat", type=int, default=7, help="runs per timing; the best counts")
     args = ap.parse_args()
-    files = args.files
-    if not files:
-        files = glob.glob(os.path.join(ROOT, "examples", "hlo", "*.hlo.zst"))
-        if not files:
-            sys.exit("no examples/hlo/*.hlo.zst; name HLO files to time")
-        # the largest by its text (the files are zstd, so their sizes rank them otherwise)
-        files = [max(files, key=lambda p: len(read_hlo(p).text))]
+    files = args.files or [largest_example()]
     from jax._src.lib import xla_client as xc
 
     print(f"{'file':<32} {'MB':>6} {'instrs':>7} {'xla ms':>8} {'ours ms':>8} "

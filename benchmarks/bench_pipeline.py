@@ -15,7 +15,6 @@ example program.
 """
 
 import argparse
-import glob
 import os
 import resource
 import subprocess
@@ -25,6 +24,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from example_programs import largest_example  # noqa: E402
 
 from tpuperf_cli.hlo.dump import read_hlo  # noqa: E402
 
@@ -82,9 +83,7 @@ def main():
     ap.add_argument("file", nargs="?", help="HLO file (default: the largest examples/hlo/*.hlo.zst)")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
-    # the largest by its text (the files are zstd, so their sizes rank them otherwise)
-    path = args.file or max(glob.glob(os.path.join(ROOT, "examples", "hlo", "*.hlo.zst")),
-                            key=lambda p: len(read_hlo(p).text))
+    path = args.file or largest_example()
     with tempfile.TemporaryDirectory() as d:
         kernels, graphs, predicted = (os.path.join(d, n) for n in ("k.msgpack", "g.msgpack",
                                                                     "p.msgpack"))

@@ -21,7 +21,6 @@ linearly with the input.
 
 import argparse
 import gc
-import glob
 import io
 import json
 import os
@@ -35,6 +34,8 @@ sys.path.insert(0, ROOT)
 TILE_SAMPLE = next((p for p in (os.path.join(ROOT, *[".."] * k, "shared", "data", "tpu_tile_sample.json")
                                 for k in (1, 2)) if os.path.exists(p)), None)
 GOAL = 0.5
+
+from example_programs import largest_example  # noqa: E402
 
 from tpuperf_cli.hlo import parser as P  # noqa: E402
 from tpuperf_cli.hlo.dump import read_hlo  # noqa: E402
@@ -115,9 +116,7 @@ def main():
 
     gc.disable()        # as hlo-split does
 
-    # the largest by its text (the files are zstd, so their sizes rank them otherwise)
-    largest = max(glob.glob(os.path.join(ROOT, "examples", "hlo", "*.hlo.zst")),
-                  key=lambda p: len(read_hlo(p).text))
+    largest = largest_example()
     programs = {os.path.basename(largest).removesuffix(".zst"): [read_hlo(largest).text]}
     if TILE_SAMPLE:
         programs["TPU kernels (tiled layouts)"] = [k["hlo"] for k in json.load(open(TILE_SAMPLE))] * 16
