@@ -150,9 +150,9 @@ def tasks(only, sweeps, grow=None, check=(), limit=None):
         missing = [c for c in check if c not in have]
         if missing:
             raise SystemExit(f"gpu_corpus: --check {' '.join(missing)}: not in the corpus")
-        todo = [(c, None) for c in check] + [t for t in todo if t[0] not in have and t[0] not in check]
+        todo = [(c, None) for c in check] + [t for t in todo if t[0] not in have]
     if limit is not None:
-        todo = todo[:len(check) + limit] if grow is not None else todo[:limit]
+        todo = todo[:len(check) + limit]
     return todo
 
 
