@@ -31,10 +31,14 @@ useful ones),
     measure --jobs J (chunks of CHUNK kernels)                ->  generated/S-NNN.zst
     featurize                                                 ->  graphs/generated/S-NNN.zst
 
-A larger --plan extends a source: its list is generated again, whole (the
-same seed gives the kernels it had first; fusions and sweeps may differ a
-little, as they exclude the ops list), and a measured chunk whose kernels
-changed is measured again, its kernels already timed coming from the cache.
+A larger --plan extends a source, append-only: its list is generated
+again, whole, with the larger limit, and the measured chunks are kept as
+they are, the new list's kernels they lack going after them (the same
+seed gives mostly the kernels it had first, but XLA may compile a swept
+or fused program's kernels a little differently another day, so the
+regenerated list need not begin with the committed kernels; only a
+chunk whose kernels change, the last one when it was not full, is
+measured again, its kernels already timed coming from the cache).
 A smaller --plan trims a source: its chunks past the plan are removed, and
 their graph shards with them (their labels may be another build's, another
 machine's).
@@ -271,15 +275,12 @@ def _fingerprints(path):
     return [r.get("fingerprint") for r in read_records(str(path))]
 
 
-def _chunk_kernels(source):
-    return sum(len(_fingerprints(p)) for p in generated_chunks(source))
-
-
 def _planned_kernels(source):
-    """Kernels generated for a source so far: its unmeasured list in
-    .work/, or else its measured chunks."""
+    """Kernels generated for a source so far: those of its measured chunks
+    and of its unmeasured list in .work/, each once (unmeasured_kernels)."""
     work = WORK / f"{source}.zst"
-    return len(_fingerprints(work)) if work.exists() else _chunk_kernels(source)
+    held = {f for p in generated_chunks(source) for f in _fingerprints(p)}
+    return len(held | set(_fingerprints(work))) if work.exists() else len(held)
 
 
 def generate_command(source, limit, args):
@@ -296,7 +297,7 @@ def generate_command(source, limit, args):
         cmd += [str(HERE / "hlo" / f"{p}.hlo.zst") for p in draw_from()]
     shards = sorted((CORPUS / "kernels").glob("*.zst"))
     if source != "ops":
-        shards += [WORK / "ops.zst"] if (WORK / "ops.zst").exists() else generated_chunks("ops")
+        shards += generated_chunks("ops") + ([WORK / "ops.zst"] if (WORK / "ops.zst").exists() else [])
     for shard in shards:
         cmd += ["--exclude", str(shard)]
     return cmd
@@ -308,8 +309,8 @@ def generate_all(plan, args):
     indexed in parallel (each compiles with XLA)."""
     WORK.mkdir(parents=True, exist_ok=True)
     # a source whose chunks hold fewer kernels than planned is generated
-    # again, whole: the same seed gives the kernels it has first (ops), and
-    # measure's cache times none of them twice
+    # again, whole; measure_generated keeps its chunks and appends the
+    # kernels they lack (unmeasured_kernels)
     todo = [s for s in SOURCES if plan.get(s, 0) > 0 and _planned_kernels(s) < plan[s]]
     for wave in (["ops"], ["fusions", "variants", "sweeps", "heavy", "indexed"]):
         running = {}
@@ -326,23 +327,26 @@ def generate_all(plan, args):
 
 
 def unmeasured_kernels(source):
-    """The generated kernel records of a source, unmeasured: .work/SOURCE.zst
-    (generate's output) or, in a checkout without it, the kernels of the
-    committed chunks with their measurements taken off, in chunk order (so
-    --force on a fresh checkout measures the same kernels again)."""
+    """The generated kernel records of a source, unmeasured, in the order
+    they are chunked: the kernels of the committed chunks with their
+    measurements taken off, in chunk order (so --force on a fresh checkout
+    measures the same kernels again), then those of .work/SOURCE.zst
+    (generate's output) that the chunks lack, in its order (so a larger
+    plan appends to the corpus and never reorders what it holds)."""
     sys.path.insert(0, str(ROOT))
     from tpuperf_cli.records import MEASURE_FIELDS
     from tpuperf_cli.stream import read_records
 
-    work = WORK / f"{source}.zst"
-    if work.exists():
-        return list(read_records(str(work)))
     records = []
     for chunk in generated_chunks(source):
         for r in read_records(str(chunk)):
             for measured in MEASURE_FIELDS:
                 r.pop(measured, None)
             records.append(r)
+    work = WORK / f"{source}.zst"
+    if work.exists():
+        held = {r.get("fingerprint") for r in records}
+        records += [r for r in read_records(str(work)) if r.get("fingerprint") not in held]
     return records
 
 
@@ -360,8 +364,8 @@ def measure_generated(source, limit, args):
     for k in range(0, len(records), CHUNK):
         dest = GENERATED / f"{source}-{k // CHUNK:03d}.zst"
         planned = [r.get("fingerprint") for r in records[k:k + CHUNK]]
-        # a chunk measured from an earlier, shorter plan is measured again
-        # (its kernels come from the cache)
+        # a chunk that was not full under an earlier, shorter plan is
+        # measured again (its kernels come from the cache)
         if dest.exists() and not args.force and _fingerprints(dest) == planned:
             continue
         chunk = WORK / f"{source}-{k // CHUNK:03d}.in.zst"

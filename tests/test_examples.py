@@ -240,6 +240,57 @@ def test_a_checkout_without_generates_output_measures_the_committed_chunks_again
     assert sorted(p.name for p in (tmp_path / "graphs").iterdir()) == ["heavy-000.zst"]
 
 
+def test_a_larger_plan_appends_to_the_committed_chunks(tmp_path, monkeypatch):
+    """Growing a source keeps its measured chunks as they are: the
+    regenerated list (generate's .work/SOURCE.zst, which need not begin
+    with the committed kernels: XLA may compile a swept program a little
+    differently another day) adds only the kernels the chunks lack, after
+    them; only the new chunk is measured."""
+    import importlib.util
+
+    from tpuperf_cli.stream import RecordWriter, read_records
+
+    spec = importlib.util.spec_from_file_location("build_corpus", EX / "build_corpus.py")
+    bc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bc)
+    monkeypatch.setattr(bc, "WORK", tmp_path / ".work")
+    monkeypatch.setattr(bc, "GENERATED", tmp_path / "generated")
+    monkeypatch.setattr(bc, "CHUNK", 3)
+    (tmp_path / "generated").mkdir()
+    (tmp_path / ".work").mkdir()
+    committed = tmp_path / "generated" / "sweeps-000.zst"
+    with RecordWriter(str(committed), compress=True) as w:
+        for f in ("a", "b", "c"):
+            w.write({"fingerprint": f, "hlo": "...", "runtime_ns": 5.0, "runs": [5.0]})
+    before = committed.read_bytes()
+    # regenerated with --limit 6: "b" compiled differently ("b2"), the
+    # order changed, and new kernels after
+    with RecordWriter(str(tmp_path / ".work" / "sweeps.zst"), compress=True) as w:
+        for f in ("c", "a", "b2", "d", "e", "f"):
+            w.write({"fingerprint": f, "hlo": "..."})
+    got = bc.unmeasured_kernels("sweeps")
+    assert [r["fingerprint"] for r in got] == ["a", "b", "c", "b2", "d", "e", "f"]
+    assert bc._planned_kernels("sweeps") == 7
+
+    measured = []
+    labeler = ("import sys, msgpack, zstandard\n"
+               "raw = zstandard.ZstdDecompressor().stream_reader(open(sys.argv[-1], 'rb')).read()\n"
+               "for r in msgpack.Unpacker(__import__('io').BytesIO(raw), raw=False):\n"
+               "    r['runtime_ns'] = 7.0\n"
+               "    sys.stdout.buffer.write(msgpack.packb(r))\n")
+
+    def measure_command(args):
+        measured.append(1)
+        return [sys.executable, "-c", labeler]
+
+    monkeypatch.setattr(bc, "measure_command", measure_command)
+    bc.measure_generated("sweeps", 6, types.SimpleNamespace(force=False))
+    assert committed.read_bytes() == before            # kept, not measured again
+    assert len(measured) == 1
+    grown = tmp_path / "generated" / "sweeps-001.zst"
+    assert [r["fingerprint"] for r in read_records(str(grown))] == ["b2", "d", "e"]
+
+
 def test_estimate_times_a_sample_of_each_part_and_projects_the_corpus(tmp_path, monkeypatch,
                                                                       capsys):
     """build_corpus.py estimate: a sample of the programs' distinct kernels
