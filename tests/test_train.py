@@ -106,6 +106,29 @@ def test_scaler_min_max_from_training_data_and_round_trip():
     assert lut[120] == 0 and lut[34] == 34
 
 
+def test_label_floor_fits_runtimes_below_it_as_the_floor():
+    """train --label-floor-us: labels below the floor count as the floor in
+    the runtime scaling and the target, and a model file keeps it."""
+    exs = [example(r) for r in synthetic_records(2, 10, seed=1)]
+    rts = np.array([ex.runtime for ex in exs])
+    floor = float(np.median(rts))
+    plain, floored = Scaler(), Scaler(floor_ns=floor)
+    for ex in exs:
+        plain.update(ex)
+        floored.update(ex)
+    plain.finish()
+    floored.finish()
+    assert floored.mean == pytest.approx(np.mean(np.log(np.maximum(rts, floor))))
+    assert floored.mean > plain.mean
+    y = floored.target(rts)
+    low = rts <= floor
+    assert np.allclose(y[low], y[low][0]) and np.all(y[~low] > y[low][0])
+    again = Scaler.from_dict(json.loads(json.dumps(floored.to_dict())))
+    assert again.floor_ns == floor and np.allclose(again.target(rts), y)
+    assert "label_floor_ns" not in plain.to_dict()      # models without one read as before
+    assert Scaler.from_dict(plain.to_dict()).floor_ns == 0.0
+
+
 def test_batch_truncates_neighbours_per_direction():
     n = 30
     # node 0 consumes nodes 1..29: 29 operands, truncated to 20
@@ -507,12 +530,12 @@ def test_resume_refuses_other_changes_and_nothing_to_do(shards, tmp_path):
             "--layers", "1", "--threads", "1", "--epochs", "1"]
     res = CliRunner().invoke(cli, base + ["--keep-state"])
     assert res.exit_code == 0, res.stderr
-    res = CliRunner().invoke(cli, base + ["--resume", "--epochs", "2", "--hidden", "32", "--lr", "0.1"],
-                             standalone_mode=False)
+    res = CliRunner().invoke(cli, base + ["--resume", "--epochs", "2", "--hidden", "32", "--lr", "0.1",
+                                          "--label-floor-us", "2"], standalone_mode=False)
     e = res.exception
     assert isinstance(e, TpuperfError) and e.exit_code == 2, res.stderr
-    assert "--resume cannot change --hidden (the run has 16, not 32), --lr (the run has 0.001, " \
-           "not 0.1)" in str(e)
+    assert "--resume cannot change --hidden (the run has 16, not 32), --label-floor-us (the run " \
+           "has 0.0, not 2.0), --lr (the run has 0.001, not 0.1)" in str(e)
     # the run already has all its epochs: say so rather than rewrite the model untouched
     res = CliRunner().invoke(cli, base + ["--resume"], standalone_mode=False)
     e = res.exception

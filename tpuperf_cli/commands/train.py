@@ -58,6 +58,12 @@ def _source_weights(ctx, param, values) -> dict:
               help="Validation figure for early stopping (default: loss for fusion, tau for tile).")
 @click.option("--min-us", type=click.FloatRange(0), default=5.0, show_default=True,
               help="Validation MAPE and tau use kernels measured at >= this many microseconds.")
+@click.option("--label-floor-us", type=click.FloatRange(0), default=0.0, show_default=True,
+              metavar="US",
+              help="Fit max(runtime, US) instead of the runtime: labels below US count as US "
+                   "in the loss and the runtime scaling, so that kernels timed at a few ns "
+                   "(far below a launch) do not dominate a loss on log runtime; predictions "
+                   "then rarely go below about US. 0: off.")
 @click.option("--even/--no-even", default=True, show_default=True,
               help="Draw examples evenly across programs (small programs repeated, large ones subsampled).")
 @click.option("--generated-share", type=click.FloatRange(0, 1, max_open=True), default=None,
@@ -148,7 +154,7 @@ def _source_weights(ctx, param, values) -> dict:
 @click.option("--name", help="Model name stem recorded in predictions (default: FILE's file name).")
 @quiet_option(help="No progress lines or summary on stderr (warnings still go there).")
 def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, weight_decay, margin,
-        noise_scale, patience, monitor, min_us, even, generated_share, generated_even, source_weight,
+        noise_scale, patience, monitor, min_us, label_floor_us, even, generated_share, generated_even, source_weight,
         kernel_features, configs,
         memory_mb, seed,
         device, threads, max_time, ema, learner, trees, leaves, gnn, layers, hidden, opcode_dim, neighbors, aggregate,
@@ -264,13 +270,15 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
     except ValueError as e:
         raise TpuperfError(str(e), exit_code=2) from None
     if learner == "gbdt":
-        return _train_trees(shards, output, valid, split, task, loss, lr, patience, min_us, even,
+        return _train_trees(shards, output, valid, split, task, loss, lr, patience, min_us,
+                            label_floor_us, even,
                             generated_share, generated_even, source_weight, kernel_features,
                             memory_mb, seed, threads, max_time, trees, leaves, resume, name, quiet)
     opts = TrainOptions(task=task, loss=loss or "", epochs=epochs, batch_size=batch_size, lr=lr or 1e-3,
                         weight_decay=weight_decay, margin=margin, noise_scale=noise_scale,
                         patience=patience,
-                        monitor=monitor or "", min_runtime_ns=min_us * 1000.0, even=even,
+                        monitor=monitor or "", min_runtime_ns=min_us * 1000.0,
+                        label_floor_ns=label_floor_us * 1000.0, even=even,
                         generated_share=-1.0 if generated_share is None else generated_share,
                         generated_even=generated_even, source_weight=source_weight,
                         kernel_features=kernel_features, configs=configs, memory_mb=memory_mb, seed=seed, device=device,
@@ -280,7 +288,8 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
           keep_state=keep_state, name=name, given=_given(), **quiet_progress)
 
 
-def _train_trees(shards, output, valid, split, task, loss, lr, patience, min_us, even, generated_share,
+def _train_trees(shards, output, valid, split, task, loss, lr, patience, min_us, label_floor_us, even,
+                 generated_share,
                  generated_even, source_weight, kernel_features, memory_mb, seed, threads, max_time, trees, leaves,
                  resume, name, quiet):
     import os
@@ -296,7 +305,8 @@ def _train_trees(shards, output, valid, split, task, loss, lr, patience, min_us,
         raise TpuperfError(f"--loss {loss}: --learner gbdt fits log runtime with mse", exit_code=2)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise TpuperfError("--learner gbdt trains in one process (not under torchrun)", exit_code=2)
-    opts = TrainOptions(task=task, min_runtime_ns=min_us * 1000.0, even=even,
+    opts = TrainOptions(task=task, min_runtime_ns=min_us * 1000.0, label_floor_ns=label_floor_us * 1000.0,
+                        even=even,
                         generated_share=-1.0 if generated_share is None else generated_share,
                         generated_even=generated_even, source_weight=source_weight,
                         kernel_features=kernel_features, memory_mb=memory_mb, seed=seed, threads=threads,
@@ -320,5 +330,6 @@ def _given():
 
     ctx = click.get_current_context()
     explicit = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
-    return {"min_runtime_ns" if p == "min_us" else p for p in ctx.params
+    renamed = {"min_us": "min_runtime_ns", "label_floor_us": "label_floor_ns"}
+    return {renamed.get(p, p) for p in ctx.params
             if ctx.get_parameter_source(p) in explicit}

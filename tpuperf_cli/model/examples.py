@@ -235,8 +235,9 @@ def slog(x: ArrayLike) -> np.ndarray:
 class Scaler:
     """Min-max scaling of signed-log features, learnt from training data."""
 
-    def __init__(self, kernel_features: int | None = None):
+    def __init__(self, kernel_features: int | None = None, floor_ns: float = 0.0):
         self.kernel_features = kernel_features
+        self.floor_ns = floor_ns            # train --label-floor-us: fit max(runtime, floor)
         self.asked = kernel_features        # train --kernel-features
         self.lo = None
         self.hi = None
@@ -271,7 +272,7 @@ class Scaler:
             np.maximum(self.hi, hi, out=self.hi)
         self.opcodes.update(np.unique(ex.opcode).tolist())
         if ex.runtime > 0:
-            v = math.log(ex.runtime)
+            v = math.log(max(ex.runtime, self.floor_ns))
             self.log_sum += v
             self.log_sq += v * v
             self.count += 1
@@ -298,7 +299,8 @@ class Scaler:
                 "kernel_features": int(self.kernel_features),
                 "opcodes": sorted(int(o) for o in self.opcodes),
                 "log_runtime_mean": float(self.mean), "log_runtime_std": float(self.std),
-                "examples": int(self.count), "transform": "signed-log, then min-max"}
+                "examples": int(self.count), "transform": "signed-log, then min-max",
+                **({"label_floor_ns": self.floor_ns} if self.floor_ns else {})}
 
     @classmethod
     def from_dict(cls, d: dict) -> Scaler:
@@ -311,6 +313,7 @@ class Scaler:
         s.opcodes = set(int(o) for o in d["opcodes"])
         s.mean = float(d["log_runtime_mean"])
         s.std = float(d["log_runtime_std"])
+        s.floor_ns = float(d.get("label_floor_ns", 0.0))
         return s
 
     def opcode_table(self, num_opcodes: int) -> np.ndarray:
@@ -321,7 +324,7 @@ class Scaler:
         return lut
 
     def target(self, runtime_ns: ArrayLike) -> np.ndarray:
-        return (np.log(runtime_ns) - self.mean) / self.std
+        return (np.log(np.maximum(runtime_ns, self.floor_ns)) - self.mean) / self.std
 
     def runtime(self, y: ArrayLike) -> np.ndarray:
         return np.exp(np.asarray(y, np.float64) * self.std + self.mean)

@@ -37,6 +37,7 @@ class TrainOptions:
     patience: int = 10          # stop after this many epochs without a better validation figure
     monitor: str = ""           # "loss", "mape" or "tau"; default: loss (fusion), tau (tile)
     min_runtime_ns: float = 5000.0   # validation MAPE/tau only on kernels at least this long
+    label_floor_ns: float = 0.0  # fit max(runtime, this): labels below it count as it (0: off)
     even: bool = True           # draw examples evenly across programs
     generated_share: float = -1.0   # share of an epoch's draws from generated kernels
                                     # (pseudo-programs "SOURCE:NAME"); -1: a program each
@@ -86,6 +87,8 @@ class TrainOptions:
                                "give that too", exit_code=2)
         if any(w < 0 for w in self.source_weight.values()):
             raise TpuperfError("--source-weight must be at least 0", exit_code=2)
+        if not 0 <= self.label_floor_ns < float("inf"):
+            raise TpuperfError("--label-floor-us must be a number >= 0", exit_code=2)
         if self.kernel_features < 0:
             raise TpuperfError("--kernel-features must be at least 0", exit_code=2)
         if self.task == "tile" and self.configs < 2:
@@ -114,14 +117,20 @@ def parse_source_weights(texts: Iterable[str]) -> dict:
 RESUME_CHANGEABLE = ("epochs", "patience", "max_time", "memory_mb", "threads", "device")
 
 
+# Fields kept in ns whose options are given in us.
+_US_FIELDS = {"min_runtime_ns": "--min-us", "label_floor_ns": "--label-floor-us"}
+
+
 def flag_name(field: str) -> str:
     """The command-line option of a TrainOptions or NetConfig field."""
-    return "--min-us" if field == "min_runtime_ns" else "--" + field.replace("_", "-")
+    if field in _US_FIELDS:
+        return _US_FIELDS[field]
+    return "--" + field.replace("_", "-")
 
 
 def shown_value(field: str, value: object) -> object:
     """A field's value as the command line gives it (--min-us in us)."""
-    return value / 1000.0 if field == "min_runtime_ns" else value
+    return value / 1000.0 if field in _US_FIELDS else value
 
 
 def resume_options(stored_opts: dict, stored_net: dict, opts: TrainOptions | None, net: NetConfig | None,

@@ -203,7 +203,7 @@ def load_data(data: Sequence[str], valid: Sequence[str] | None, split: str | Non
         valid_programs = s["valid"]
     train_set = Corpus(paths, programs, opts.task, opts.memory_mb, opts.configs, shard=shard)
     if scaler is None:
-        scaler = Scaler(opts.kernel_features or None)
+        scaler = Scaler(opts.kernel_features or None, opts.label_floor_ns)
         train_set.scan(scaler)
         scaler.finish()
     else:
