@@ -330,6 +330,8 @@ def _given():
 
     ctx = click.get_current_context()
     explicit = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
-    renamed = {"min_us": "min_runtime_ns", "label_floor_us": "label_floor_ns"}
+    from tpuperf_cli.model.options import US_FIELDS
+
+    renamed = {flag[2:].replace("-", "_"): name for name, flag in US_FIELDS.items()}
     return {renamed.get(p, p) for p in ctx.params
             if ctx.get_parameter_source(p) in explicit}

@@ -118,19 +118,19 @@ RESUME_CHANGEABLE = ("epochs", "patience", "max_time", "memory_mb", "threads", "
 
 
 # Fields kept in ns whose options are given in us.
-_US_FIELDS = {"min_runtime_ns": "--min-us", "label_floor_ns": "--label-floor-us"}
+US_FIELDS = {"min_runtime_ns": "--min-us", "label_floor_ns": "--label-floor-us"}
 
 
 def flag_name(field: str) -> str:
     """The command-line option of a TrainOptions or NetConfig field."""
-    if field in _US_FIELDS:
-        return _US_FIELDS[field]
+    if field in US_FIELDS:
+        return US_FIELDS[field]
     return "--" + field.replace("_", "-")
 
 
 def shown_value(field: str, value: object) -> object:
     """A field's value as the command line gives it (--min-us in us)."""
-    return value / 1000.0 if field in _US_FIELDS else value
+    return value / 1000.0 if field in US_FIELDS else value
 
 
 def resume_options(stored_opts: dict, stored_net: dict, opts: TrainOptions | None, net: NetConfig | None,
