@@ -277,10 +277,8 @@ def _fingerprints(path):
 
 def _planned_kernels(source):
     """Kernels generated for a source so far: those of its measured chunks
-    and of its unmeasured list in .work/, each once (unmeasured_kernels)."""
-    work = WORK / f"{source}.zst"
-    held = {f for p in generated_chunks(source) for f in _fingerprints(p)}
-    return len(held | set(_fingerprints(work))) if work.exists() else len(held)
+    and of its unmeasured list in .work/, each once."""
+    return len(unmeasured_kernels(source))
 
 
 def generate_command(source, limit, args):
