@@ -132,6 +132,26 @@ def test_manifest_lists_what_the_script_builds():
         assert p["xla_options"] == gen.VARIANTS[s.variant]
 
 
+def test_committed_splits_are_what_the_script_draws():
+    """Families added after the splits were drawn (LATE_FAMILIES) train in
+    both splits; the earlier programs' validation and test lists stay the
+    draw every earlier figure was measured on."""
+    gen = _generator()
+    drawn = gen.make_splits(_manifest())
+    late = {p["name"] for p in _manifest() if p["family"] in gen.LATE_FAMILIES}
+    assert late, "no late family in the manifest"
+    for kind in ("random", "manual"):
+        committed = _split(kind)
+        assert {k: sorted(v) for k, v in drawn[kind].items()} == \
+            {k: sorted(v) for k, v in committed.items()}, kind
+        assert late <= set(committed["train"]), kind
+    # without the late families the draw is the same, less them
+    early = gen.make_splits([p for p in _manifest() if p["name"] not in late])
+    for kind in ("random", "manual"):
+        for part in ("valid", "test"):
+            assert early[kind][part] == drawn[kind][part], (kind, part)
+
+
 def test_programs_stay_small():
     # zstd level 19 makes the 77 programs' 23 MiB of text 1.5 MiB: the checkout must stay small
     total = sum(f.stat().st_size for f in (EX / "hlo").iterdir())
@@ -406,3 +426,29 @@ def test_bench_accuracy_warns_only_for_generated_sources_the_corpus_holds(tmp_pa
         bench.load(str(corpus / "graphs"), ["ops:*", "indexed:*"])
     err = capsys.readouterr().err
     assert "no graph shards for ops:*" in err and "indexed" not in err
+
+
+def test_compare_seeds_pairs_runs_seed_for_seed(tmp_path):
+    """benchmarks/compare_seeds.py: a candidate whose runs are the
+    reference's own scores the same, wins no seed, and its joined figures
+    are one run's when the runs are one model; a bad argument is a clear
+    error."""
+    import subprocess
+
+    model = str(EX.parent / "tpuperf_cli" / "data" / "default.pt")
+    script = str(EX.parent / "benchmarks" / "compare_seeds.py")
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"train": [], "valid": ["autoenc_s_train"], "test": []}))
+    p = subprocess.run([sys.executable, script, "--split", str(split), "--json",
+                        f"a={model},{model}", f"b={model},{model}"],
+                       capture_output=True, text=True, check=True)
+    out = json.loads(p.stdout)["candidates"]
+    assert out["b"]["mape_diff_mean"] == 0 and out["b"]["mape_wins"] == 0
+    assert out["b"]["seeds_paired"] == 2
+    run = out["a"]["runs"][0]
+    assert 0 < run["mape"] < 100 and out["a"]["mape_sd"] == 0
+    assert out["a"]["joined"]["mape"] == pytest.approx(run["mape"])
+    p = subprocess.run([sys.executable, script, "--split", str(split), "a=nothing.pt"],
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and "no such model file: nothing.pt" in p.stderr
+    assert "Traceback" not in p.stderr
