@@ -195,6 +195,16 @@ def avgpool(x, k=2):
     return s / jnp.asarray(k * k, x.dtype)
 
 
+def relu_mlp(layers, x):
+    """Dense layers ({"w", "b"} each) with a relu between them, none after the last."""
+    jax, _ = _jax()
+    for i, layer in enumerate(layers):
+        x = x @ layer["w"] + layer["b"]
+        if i < len(layers) - 1:
+            x = jax.nn.relu(x)
+    return x
+
+
 # ---------------------------------------------------------------------------
 # Models.  Each builder returns (fn, args) with args abstract (ShapeDtypeStruct).
 
@@ -203,14 +213,7 @@ def mlp(widths, batch, dtype, mode):
     jax, jnp = _jax()
     d = dt(dtype)
     params = [{"w": sds((a, b), d), "b": sds((b,), d)} for a, b in zip(widths[:-1], widths[1:])]
-
-    def forward(p, x):
-        for i, layer in enumerate(p):
-            x = x @ layer["w"] + layer["b"]
-            if i < len(p) - 1:
-                x = jax.nn.relu(x)
-        return x
-
+    forward = relu_mlp
     x = sds((batch, widths[0]), d)
     if mode == "fwd":
         return (lambda p, x: jax.nn.softmax(forward(p, x).astype(jnp.float32))), (params, x)
@@ -1010,18 +1013,11 @@ def recsys(tables, vocab, dim, dense_in, bottom, top, batch, dtype, mode):
               "bottom": [{"w": sds((a, b), d), "b": sds((b,), d)} for a, b in zip(bw[:-1], bw[1:])],
               "top": [{"w": sds((a, b), d), "b": sds((b,), d)} for a, b in zip(tw[:-1], tw[1:])]}
 
-    def dense(layers, x):
-        for i, l in enumerate(layers):
-            x = x @ l["w"] + l["b"]
-            if i < len(layers) - 1:
-                x = jax.nn.relu(x)
-        return x
-
     def forward(p, x, ids):
-        z = jax.nn.relu(dense(p["bottom"], x))
+        z = jax.nn.relu(relu_mlp(p["bottom"], x))
         feats = jnp.stack([z] + [e[ids[:, t]] for t, e in enumerate(p["emb"])], axis=1)
         inter = jnp.einsum("bfd,bgd->bfg", feats, feats)[:, iu, ju]
-        return dense(p["top"], jnp.concatenate([z, inter], axis=1))[:, 0]
+        return relu_mlp(p["top"], jnp.concatenate([z, inter], axis=1))[:, 0]
 
     args = (params, sds((batch, dense_in), d), sds((batch, tables), jnp.int32))
     if mode == "fwd":
