@@ -736,3 +736,73 @@ def test_source_weight_without_generated_even_source_is_a_usage_error(shards, tm
     assert "Traceback" not in res.stderr and res.stderr.count("\n") == 1, res.stderr
     assert "--source-weight weighs the sources of --generated-even source" in res.stderr
     assert not (tmp_path / "m.pt").exists()
+
+
+# ---------------------------------------------------------------- distillation
+
+@pytest.fixture(scope="module")
+def teacher(shards, tmp_path_factory):
+    out = tmp_path_factory.mktemp("teacher") / "teacher.pt"
+    train([str(p) for p in sorted(shards.glob("*.zst"))], out, NetConfig(**TINY),
+          fast_opts(epochs=2), split=str(shards / "split.json"), progress=quiet)
+    return out
+
+
+def test_teacher_blends_its_predictions_into_the_training_labels(shards, teacher):
+    from tpuperf_cli.model.predict import load_model
+    from tpuperf_cli.model.train import blend_teacher, load_data
+
+    paths = [str(p) for p in sorted(shards.glob("*.zst"))]
+    opts = fast_opts(teacher=str(teacher), teacher_weight=0.25).check()
+    train_set, valid_set, _ = load_data(paths, None, str(shards / "split.json"), opts, progress=quiet)
+    examples = [ex for exs in train_set.cache.values() for ex in exs]
+    measured = np.array([ex.runtime for ex in examples])
+    predicted = load_model(str(teacher)).predict_examples(examples)
+    valid_before = [ex.runtime for ex in valid_set.iter_examples()]
+    lines = []
+    blend_teacher(train_set, opts, lines.append)
+    blended = np.array([ex.runtime for ex in examples])
+    np.testing.assert_allclose(blended, measured ** 0.75 * predicted ** 0.25, rtol=1e-6)  # float32 batches
+    assert not np.allclose(blended, measured)
+    assert [ex.runtime for ex in valid_set.iter_examples()] == valid_before  # validation keeps its labels
+    assert "labels blended with 0.25 of teacher" in lines[0], lines
+
+
+def test_a_run_with_a_teacher_records_it(shards, teacher, tmp_path):
+    out = tmp_path / "student.pt"
+    train([str(p) for p in sorted(shards.glob("*.zst"))], out, NetConfig(**TINY),
+          fast_opts(epochs=1, teacher=str(teacher)), split=str(shards / "split.json"), progress=quiet)
+    opts = torch.load(out, weights_only=True)["trained"]["options"]
+    assert opts["teacher"] == str(teacher) and opts["teacher_weight"] == 0.5
+
+
+def test_a_teacher_needs_the_examples_in_memory(shards, teacher):
+    from tpuperf_cli.model.train import blend_teacher, load_data
+
+    opts = fast_opts(teacher=str(teacher), memory_mb=0.001).check()
+    train_set, _, _ = load_data([str(shards / "synth0.zst")], None, None, opts, progress=quiet)
+    assert train_set.streaming
+    with pytest.raises(TpuperfError, match="--teacher needs the training examples in memory") as e:
+        blend_teacher(train_set, opts, quiet)
+    assert e.value.exit_code == 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--teacher", "missing.pt"], "--teacher: "),
+    (["--teacher", "TEACHER", "--learner", "gbdt"], "--learner gbdt fits the measured ones"),
+    (["--teacher", "TEACHER", "--teacher-weight", "1.5"], "--teacher-weight"),
+])
+def test_teacher_mistakes_are_usage_errors(shards, teacher, tmp_path, args, message):
+    from tpuperf_cli.commands.train import cli
+
+    args = [str(teacher) if a == "TEACHER" else str(tmp_path / a) if a == "missing.pt" else a
+            for a in args]
+    res = CliRunner().invoke(cli, ["--data", str(shards / "synth0.zst"), "-o", str(tmp_path / "m.pt"),
+                                   "--epochs", "1", "--hidden", "8", "--opcode-dim", "4", "-q"] + args)
+    # click's own checks exit 2 here; a TpuperfError reaches the CLI's handler (tpuperf_cli.cli),
+    # which prints its one line and exits with its exit_code
+    if isinstance(res.exception, TpuperfError):
+        assert res.exception.exit_code == 2 and message in str(res.exception), res.exception
+    else:
+        assert res.exit_code == 2 and message in res.output, res.output
+    assert not (tmp_path / "m.pt").exists()

@@ -51,6 +51,15 @@ def _source_weights(ctx, param, values) -> dict:
               help="Weigh each kernel's loss by S^2/(S^2+noise^2), noise being measure's "
                    "estimate of how far its label may be off: a kernel as noisy as S counts "
                    "half (0: all alike; --task fusion).")
+@click.option("--teacher", type=click.Path(dir_okay=False), default=None, metavar="MODEL",
+              help="Distillation: train on each kernel's measured runtime blended with MODEL's "
+                   "prediction (a geometric mean weighted by --teacher-weight), e.g. an "
+                   "ensemble of seeds (`tpuperf ensemble`) taught to one network that predicts "
+                   "as fast as any. Validation keeps the measured runtimes. --task fusion; "
+                   "the training data must fit --memory-mb.")
+@click.option("--teacher-weight", type=click.FloatRange(0, 1), default=0.5, show_default=True,
+              metavar="W",
+              help="The label is runtime^(1-W) * prediction^W (1: the teacher's prediction alone).")
 @click.option("--patience", type=click.IntRange(1), default=10, show_default=True,
               help="Stop after this many epochs without a better validation figure (--learner "
                    "gbdt: trees without a better validation loss, 50 unless given).")
@@ -154,7 +163,8 @@ def _source_weights(ctx, param, values) -> dict:
 @click.option("--name", help="Model name stem recorded in predictions (default: FILE's file name).")
 @quiet_option(help="No progress lines or summary on stderr (warnings still go there).")
 def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, weight_decay, margin,
-        noise_scale, patience, monitor, min_us, label_floor_us, even, generated_share, generated_even, source_weight,
+        noise_scale, teacher, teacher_weight, patience, monitor, min_us, label_floor_us, even,
+        generated_share, generated_even, source_weight,
         kernel_features, configs,
         memory_mb, seed,
         device, threads, max_time, ema, learner, trees, leaves, gnn, layers, hidden, opcode_dim, neighbors, aggregate,
@@ -270,6 +280,9 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
     except ValueError as e:
         raise TpuperfError(str(e), exit_code=2) from None
     if learner == "gbdt":
+        if teacher:
+            raise TpuperfError("--teacher trains a network on blended labels; --learner gbdt "
+                               "fits the measured ones", exit_code=2)
         return _train_trees(shards, output, valid, split, task, loss, lr, patience, min_us,
                             label_floor_us, even,
                             generated_share, generated_even, source_weight, kernel_features,
@@ -282,7 +295,8 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
                         generated_share=-1.0 if generated_share is None else generated_share,
                         generated_even=generated_even, source_weight=source_weight,
                         kernel_features=kernel_features, configs=configs, memory_mb=memory_mb, seed=seed, device=device,
-                        threads=threads, max_time=max_time, ema=ema)
+                        threads=threads, max_time=max_time, ema=ema, teacher=teacher or "",
+                        teacher_weight=teacher_weight)
     quiet_progress = {"progress": _warnings_only} if quiet else {}
     train(shards, output, net=net, opts=opts, valid=list(valid), split=split, resume=resume,
           keep_state=keep_state, name=name, given=_given(), **quiet_progress)

@@ -55,6 +55,8 @@ class TrainOptions:
     grad_clip: float = 1.0      # clip the gradient norm (0: off)
     ema: float = 0.99           # validate and save an exponential moving average of the
                                 # weights with this decay per step (0: the raw weights)
+    teacher: str = ""           # a model file whose predictions blend into the training labels
+    teacher_weight: float = 0.5   # the blend: runtime^(1-w) * teacher's^w (a geometric mean)
 
     def check(self) -> TrainOptions:
         if self.task not in TASKS:
@@ -91,6 +93,11 @@ class TrainOptions:
             raise TpuperfError("--label-floor-us must be a number >= 0", exit_code=2)
         if self.kernel_features < 0:
             raise TpuperfError("--kernel-features must be at least 0", exit_code=2)
+        if not 0 <= self.teacher_weight <= 1:
+            raise TpuperfError("--teacher-weight must be in [0, 1]", exit_code=2)
+        if self.teacher and self.task != "fusion":
+            raise TpuperfError("--teacher blends predicted runtimes into the labels, for --task "
+                               "fusion", exit_code=2)
         if self.task == "tile" and self.configs < 2:
             raise TpuperfError("--configs must be at least 2 for the tile task")
         return self

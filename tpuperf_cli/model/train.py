@@ -235,6 +235,47 @@ def load_data(data: Sequence[str], valid: Sequence[str] | None, split: str | Non
     return train_set, valid_set, scaler
 
 
+def blend_teacher(train_set: Corpus, opts: TrainOptions, progress: Callable[[str], None] = log) -> None:
+    """Distillation: replace each training label by runtime^(1-w) *
+    teacher^w, w = opts.teacher_weight, the teacher being the model file
+    opts.teacher (typically an ensemble of seeds, whose predictions vary less
+    from seed to seed than one network's). Validation keeps the measured
+    labels. The examples must be in memory (a cached corpus)."""
+    from tpuperf_cli.errors import StreamError
+    from tpuperf_cli.model.predict import load_model
+
+    if train_set.streaming:
+        raise TpuperfError(f"--teacher needs the training examples in memory, and they are larger "
+                           f"than --memory-mb {opts.memory_mb:g}; give a larger --memory-mb",
+                           exit_code=2)
+    try:
+        teacher = load_model(opts.teacher, engine="auto")
+    except TpuperfError as e:
+        raise TpuperfError(f"--teacher: {e}", exit_code=2) from None
+    if teacher.task != "fusion":
+        raise TpuperfError(f"--teacher {opts.teacher}: a {teacher.task} model ranks "
+                           f"configurations; a teacher must predict runtimes (--task fusion)",
+                           exit_code=2)
+    t0 = time.time()
+    w = opts.teacher_weight
+    ratios = []
+    for examples in train_set.cache.values():
+        if not examples:
+            continue
+        try:
+            pred = teacher.predict_examples(examples)
+        except StreamError as e:
+            raise TpuperfError(f"--teacher {opts.teacher}: {e}", exit_code=2) from None
+        for ex, p in zip(examples, pred):
+            if ex.runtime > 0 and p > 0:
+                ratios.append(p / ex.runtime)
+                ex.runtime = float(ex.runtime ** (1.0 - w) * p ** w)
+    r = np.abs(np.asarray(ratios) - 1.0) if ratios else np.zeros(1)
+    progress(f"train: labels blended with {w:g} of teacher {teacher.name}'s predictions "
+             f"({len(ratios)} examples, its median error on them {100 * np.median(r):.1f}%, "
+             f"p90 {100 * np.quantile(r, 0.9):.1f}%; {time.time() - t0:.1f}s)")
+
+
 # ---------------------------------------------------------------- the loop
 
 class TrainingRun:
@@ -440,6 +481,8 @@ def _train(data, out, net, opts, valid, split, resume, keep_state, name, progres
     dist.local_batch(opts.batch_size)       # refuse a batch smaller than the processes before reading
     train_set, valid_set, scaler = load_data(
         data, valid, split, opts, Scaler.from_dict(state["scaling"]) if state else None, progress, dist)
+    if opts.teacher:
+        blend_teacher(train_set, opts, progress)
 
     run = TrainingRun(net_cfg, scaler, opts, dist)
     if state is not None:
