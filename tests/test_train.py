@@ -772,8 +772,10 @@ def test_a_run_with_a_teacher_records_it(shards, teacher, tmp_path):
     out = tmp_path / "student.pt"
     train([str(p) for p in sorted(shards.glob("*.zst"))], out, NetConfig(**TINY),
           fast_opts(epochs=1, teacher=str(teacher)), split=str(shards / "split.json"), progress=quiet)
-    opts = torch.load(out, weights_only=True)["trained"]["options"]
-    assert opts["teacher"] == str(teacher) and opts["teacher_weight"] == 0.5
+    trained = torch.load(out, weights_only=True)["trained"]
+    assert trained["options"]["teacher"] == str(teacher) and trained["options"]["teacher_weight"] == 0.5
+    assert trained["teacher"]["members"] == 1 and trained["teacher"]["weight"] == 0.5
+    assert trained["teacher"]["name"].startswith("teacher-") and trained["teacher"]["examples"] > 0
 
 
 def test_a_teacher_needs_the_examples_in_memory(shards, teacher):

@@ -235,12 +235,14 @@ def load_data(data: Sequence[str], valid: Sequence[str] | None, split: str | Non
     return train_set, valid_set, scaler
 
 
-def blend_teacher(train_set: Corpus, opts: TrainOptions, progress: Callable[[str], None] = log) -> None:
+def blend_teacher(train_set: Corpus, opts: TrainOptions, progress: Callable[[str], None] = log) -> dict:
     """Distillation: replace each training label by runtime^(1-w) *
     teacher^w, w = opts.teacher_weight, the teacher being the model file
     opts.teacher (typically an ensemble of seeds, whose predictions vary less
     from seed to seed than one network's). Validation keeps the measured
-    labels. The examples must be in memory (a cached corpus)."""
+    labels. The examples must be in memory (a cached corpus). Returns what
+    the model file records of the teacher (its name, members, how far its
+    predictions were from the labels)."""
     from tpuperf_cli.errors import StreamError
     from tpuperf_cli.model.predict import load_model
 
@@ -274,6 +276,9 @@ def blend_teacher(train_set: Corpus, opts: TrainOptions, progress: Callable[[str
     progress(f"train: labels blended with {w:g} of teacher {teacher.name}'s predictions "
              f"({len(ratios)} examples, its median error on them {100 * np.median(r):.1f}%, "
              f"p90 {100 * np.quantile(r, 0.9):.1f}%; {time.time() - t0:.1f}s)")
+    members = getattr(teacher.net, "members", None)
+    return {"name": teacher.name, "members": len(members) if members is not None else 1,
+            "weight": w, "examples": len(ratios), "median_ape": round(float(np.median(r)), 4)}
 
 
 # ---------------------------------------------------------------- the loop
@@ -481,8 +486,7 @@ def _train(data, out, net, opts, valid, split, resume, keep_state, name, progres
     dist.local_batch(opts.batch_size)       # refuse a batch smaller than the processes before reading
     train_set, valid_set, scaler = load_data(
         data, valid, split, opts, Scaler.from_dict(state["scaling"]) if state else None, progress, dist)
-    if opts.teacher:
-        blend_teacher(train_set, opts, progress)
+    taught = {"teacher": blend_teacher(train_set, opts, progress)} if opts.teacher else {}
 
     run = TrainingRun(net_cfg, scaler, opts, dist)
     if state is not None:
@@ -524,7 +528,7 @@ def _train(data, out, net, opts, valid, split, resume, keep_state, name, progres
             seconds = round(time.time() - t0 + earlier, 3)  # ms: a best first epoch may take under 0.05 s
             d = model_dict(run.saved_net, scaler, stem, opts.task, opts.loss, target,
                            trained_info(train_set, data, valid, split, run.opts, figures, seconds,
-                                        run.epoch, run.best_epoch, parameters=run.parameters))
+                                        run.epoch, run.best_epoch, parameters=run.parameters, **taught))
             if dist.world > 1:
                 d["trained"]["processes"] = dist.world
             if dist.main:
