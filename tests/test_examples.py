@@ -452,3 +452,39 @@ def test_compare_seeds_pairs_runs_seed_for_seed(tmp_path):
                        capture_output=True, text=True)
     assert p.returncode == 1 and "no such model file: nothing.pt" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_train_default_model_trains_teachers_then_distils(tmp_path):
+    """The script's steps, with a stand-in for python that logs each call:
+    the teacher seeds, their ensemble, then the seeds taught by it."""
+    import subprocess
+
+    log = tmp_path / "calls"
+    fake = tmp_path / "py"
+    fake.write_text('#!/bin/sh\necho "$*" >> "%s"\n'
+                    'while [ $# -gt 0 ]; do [ "$1" = -o ] && : > "$2"; shift; done\n' % log)
+    fake.chmod(0o755)
+    out = tmp_path / "model.pt"
+    script = Path(__file__).resolve().parents[1] / "examples" / "train_default_model.sh"
+    env = {"PATH": "/usr/bin:/bin", "PY": str(fake), "OUT": str(out), "SEEDS": "0",
+           "TEACHER_SEEDS": "0 1 2"}
+    res = subprocess.run(["sh", str(script), "--hidden", "8"], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    calls = [c for c in log.read_text().splitlines() if "build_corpus.py" not in c]
+    trains = [c for c in calls if c.startswith("-m tpuperf_cli train")]
+    assert len(trains) == 4 and all("--hidden 8" in c for c in trains), calls
+    teachers, student = trains[:3], trains[3]
+    assert not any("--teacher" in c for c in teachers)
+    assert sorted(re.search(r"--seed (\d)", c).group(1) for c in teachers) == ["0", "1", "2"]
+    ensemble = calls.index(next(c for c in calls if c.startswith("-m tpuperf_cli ensemble")))
+    assert ensemble > max(calls.index(c) for c in teachers) and ensemble < calls.index(student)
+    taught = re.search(r"--teacher (\S+) --teacher-weight 0.5", student)
+    assert taught and calls[ensemble].endswith("-o " + taught.group(1)), (student, calls[ensemble])
+    assert out.exists() and calls[-1].startswith("benchmarks/bench_accuracy.py --model " + str(out))
+
+    log.unlink()
+    env["TEACHER_SEEDS"] = ""
+    res = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    calls = log.read_text()
+    assert calls.count("tpuperf_cli train") == 1 and "--teacher" not in calls and "ensemble" not in calls
