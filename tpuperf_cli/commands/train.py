@@ -55,7 +55,8 @@ def _source_weights(ctx, param, values) -> dict:
               help="Distillation: train on each kernel's measured runtime blended with MODEL's "
                    "prediction (a geometric mean weighted by --teacher-weight), e.g. an "
                    "ensemble of seeds (`tpuperf ensemble`) taught to one network that predicts "
-                   "as fast as any. Validation keeps the measured runtimes. --task fusion; "
+                   "as fast as any. Validation keeps the measured runtimes. --task fusion, a "
+                   "network (not --learner gbdt); "
                    "the training data must fit --memory-mb.")
 @click.option("--teacher-weight", type=click.FloatRange(0, 1), default=0.5, show_default=True,
               metavar="W",
