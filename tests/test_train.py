@@ -12,7 +12,7 @@ from tpuperf_cli.errors import StreamError, TpuperfError
 from tpuperf_cli.model.data import Corpus, draw_rates, make_batch
 from tpuperf_cli.model.examples import Scaler, example, topological_order
 from tpuperf_cli.records import KERNEL_FEATURES, new_record
-from tpuperf_cli.stream import RecordWriter
+from tpuperf_cli.stream import RecordWriter, read_records
 
 from synthetic import synthetic_records
 
@@ -789,16 +789,75 @@ def test_a_teacher_needs_the_examples_in_memory(shards, teacher):
     assert e.value.exit_code == 2
 
 
+@pytest.fixture
+def unlabelled(tmp_path):
+    """Graph records no one timed: two programs of the split's training side
+    (one of them a generated kernel drawn from a test program), one of its
+    test side."""
+    records = synthetic_records(n_programs=3, kernels=10, seed=11)
+    for r in records:
+        for f in ("runtime_ns", "runs", "noise", "target"):
+            r.pop(f, None)
+        r["program"] = {"synth0": "new0", "synth1": "fusions:new1", "synth2": "synth4"}[r["program"]]
+        if r["program"] == "fusions:new1":
+            r["origin"] = "synth4" if r["index"] % 2 else "synth0"
+    path = tmp_path / "unlabelled.zst"
+    with RecordWriter(str(path)) as w:
+        for r in records:
+            w.write(r)
+    return path, records
+
+
+def test_teacher_data_is_labelled_by_the_teacher(shards, teacher, unlabelled, tmp_path):
+    from tpuperf_cli.model.predict import load_model, predict_batch
+    from tpuperf_cli.model.train import label_with_teacher
+
+    path, records = unlabelled
+    opts = fast_opts(teacher=str(teacher), teacher_data=(str(path),)).check()
+    lines = []
+    info = label_with_teacher(opts, str(tmp_path / "t.msgpack"), ["synth3", "synth4"], lines.append)
+    out = list(read_records(str(tmp_path / "t.msgpack")))
+    kept = [r for r in records if r["program"] != "synth4" and r.get("origin") != "synth4"]
+    assert 0 < len(kept) < len(records)
+    assert len(out) == len(kept) == info["examples"] and info["left_out"] == len(records) - len(kept)
+    assert [r["program"] for r in out] == ["teacher:" + r["program"] for r in kept]
+    assert {r["source"] for r in out} == {"teacher"} and not any("pred_ns" in r for r in out)
+    expected = predict_batch(load_model(str(teacher)), kept)
+    np.testing.assert_allclose([r["runtime_ns"] for r in out], expected, rtol=1e-9)
+    assert all(r["label_from"] == info["name"] for r in out)
+    assert f"{len(kept)} kernels of --teacher-data labelled by teacher" in lines[0], lines
+    assert "of validation or test programs left out" in lines[0], lines
+
+
+def test_a_run_trains_on_teacher_data(shards, teacher, unlabelled, tmp_path):
+    path, _ = unlabelled
+    out = tmp_path / "student.pt"
+    lines = []
+    train([str(p) for p in sorted(shards.glob("*.zst"))], out, NetConfig(**TINY),
+          fast_opts(epochs=1, teacher=str(teacher), teacher_weight=0, teacher_data=(str(path),),
+                    generated_share=0.5, generated_even="source", source_weight={"teacher": 2}),
+          split=str(shards / "split.json"), progress=lines.append)
+    trained = torch.load(out, weights_only=True)["trained"]
+    assert "teacher:new0" in trained["programs"] and "teacher:fusions:new1" in trained["programs"]
+    assert not any("synth4" in p for p in trained["programs"])
+    assert trained["teacher_data"]["data"] == [str(path)] and trained["teacher_data"]["examples"] > 0
+    assert "teacher" not in trained          # --teacher-weight 0: the measured labels kept
+    assert not any("labels blended" in line for line in lines), lines
+    assert trained["data"] == [str(p) for p in sorted(shards.glob("*.zst"))]   # no temporary file
+
+
 @pytest.mark.parametrize("args, message", [
     (["--teacher", "missing.pt"], "--teacher: "),
+    (["--teacher-data", "UNLABELLED"], "--teacher-data is labelled by a teacher: give --teacher"),
     (["--teacher", "TEACHER", "--learner", "gbdt"], "--learner gbdt fits the measured ones"),
     (["--teacher", "TEACHER", "--teacher-weight", "1.5"], "--teacher-weight"),
 ])
-def test_teacher_mistakes_are_usage_errors(shards, teacher, tmp_path, args, message):
+def test_teacher_mistakes_are_usage_errors(shards, teacher, unlabelled, tmp_path, args, message):
     from tpuperf_cli.commands.train import cli
 
-    args = [str(teacher) if a == "TEACHER" else str(tmp_path / a) if a == "missing.pt" else a
-            for a in args]
+    names = {"TEACHER": str(teacher), "missing.pt": str(tmp_path / "missing.pt"),
+             "UNLABELLED": str(unlabelled[0])}
+    args = [names.get(a, a) for a in args]
     res = CliRunner().invoke(cli, ["--data", str(shards / "synth0.zst"), "-o", str(tmp_path / "m.pt"),
                                    "--epochs", "1", "--hidden", "8", "--opcode-dim", "4", "-q"] + args)
     # click's own checks exit 2 here; a TpuperfError reaches the CLI's handler (tpuperf_cli.cli),

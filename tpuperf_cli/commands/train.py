@@ -61,6 +61,13 @@ def _source_weights(ctx, param, values) -> dict:
 @click.option("--teacher-weight", type=click.FloatRange(0, 1), default=0.5, show_default=True,
               metavar="W",
               help="The label is runtime^(1-W) * prediction^W (1: the teacher's prediction alone).")
+@click.option("--teacher-data", multiple=True, metavar="SHARD",
+              help="Graph records of kernels no one timed (e.g. `tpuperf generate ... | "
+                   "featurize`), labelled with --teacher's predictions and trained on as a "
+                   "generated source of their own, 'teacher' (programs teacher:PROGRAM; weigh "
+                   "it with --source-weight teacher=W). Records of the --split's validation or "
+                   "test programs, or drawn from them, are left out. Give --teacher-weight 0 "
+                   "to keep the measured labels as they are; repeatable, globs allowed.")
 @click.option("--patience", type=click.IntRange(1), default=10, show_default=True,
               help="Stop after this many epochs without a better validation figure (--learner "
                    "gbdt: trees without a better validation loss, 50 unless given).")
@@ -164,7 +171,7 @@ def _source_weights(ctx, param, values) -> dict:
 @click.option("--name", help="Model name stem recorded in predictions (default: FILE's file name).")
 @quiet_option(help="No progress lines or summary on stderr (warnings still go there).")
 def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, weight_decay, margin,
-        noise_scale, teacher, teacher_weight, patience, monitor, min_us, label_floor_us, even,
+        noise_scale, teacher, teacher_weight, teacher_data, patience, monitor, min_us, label_floor_us, even,
         generated_share, generated_even, source_weight,
         kernel_features, configs,
         memory_mb, seed,
@@ -297,7 +304,7 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
                         generated_even=generated_even, source_weight=source_weight,
                         kernel_features=kernel_features, configs=configs, memory_mb=memory_mb, seed=seed, device=device,
                         threads=threads, max_time=max_time, ema=ema, teacher=teacher or "",
-                        teacher_weight=teacher_weight)
+                        teacher_weight=teacher_weight, teacher_data=tuple(teacher_data))
     quiet_progress = {"progress": _warnings_only} if quiet else {}
     train(shards, output, net=net, opts=opts, valid=list(valid), split=split, resume=resume,
           keep_state=keep_state, name=name, given=_given(), **quiet_progress)

@@ -57,6 +57,7 @@ class TrainOptions:
                                 # weights with this decay per step (0: the raw weights)
     teacher: str = ""           # a model file whose predictions blend into the training labels
     teacher_weight: float = 0.5   # the blend: runtime^(1-w) * teacher's^w (a geometric mean)
+    teacher_data: tuple = ()    # shards of kernels the teacher labels (source "teacher")
 
     def check(self) -> TrainOptions:
         if self.task not in TASKS:
@@ -95,6 +96,9 @@ class TrainOptions:
             raise TpuperfError("--kernel-features must be at least 0", exit_code=2)
         if not 0 <= self.teacher_weight <= 1:
             raise TpuperfError("--teacher-weight must be in [0, 1]", exit_code=2)
+        if self.teacher_data and not self.teacher:
+            raise TpuperfError("--teacher-data is labelled by a teacher: give --teacher MODEL too",
+                               exit_code=2)
         if self.teacher and self.task != "fusion":
             raise TpuperfError("--teacher blends predicted runtimes into the labels, for --task "
                                "fusion", exit_code=2)

@@ -20,9 +20,12 @@ across processes, and only rank 0 writes files and progress.
 
 from __future__ import annotations
 
+import atexit
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
@@ -199,7 +202,7 @@ def load_data(data: Sequence[str], valid: Sequence[str] | None, split: str | Non
     programs = valid_programs = None
     if split:
         s = load_split(split)
-        programs = s["train"]
+        programs = s["train"] + ([f"{TEACHER_SOURCE}:*"] if opts.teacher_data else [])
         valid_programs = s["valid"]
     train_set = Corpus(paths, programs, opts.task, opts.memory_mb, opts.configs, shard=shard)
     if scaler is None:
@@ -235,6 +238,87 @@ def load_data(data: Sequence[str], valid: Sequence[str] | None, split: str | Non
     return train_set, valid_set, scaler
 
 
+TEACHER_SOURCE = "teacher"      # the pseudo-programs teacher:PROGRAM of --teacher-data
+
+
+def _load_teacher(opts: TrainOptions):
+    from tpuperf_cli.model.predict import load_model
+
+    try:
+        teacher = load_model(opts.teacher, engine="auto")
+    except TpuperfError as e:
+        raise TpuperfError(f"--teacher: {e}", exit_code=2) from None
+    if teacher.task != "fusion":
+        raise TpuperfError(f"--teacher {opts.teacher}: a {teacher.task} model ranks "
+                           f"configurations; a teacher must predict runtimes (--task fusion)",
+                           exit_code=2)
+    return teacher
+
+
+def _teacher_info(teacher) -> dict:
+    members = getattr(teacher.net, "members", None)
+    return {"name": teacher.name, "members": len(members) if members is not None else 1}
+
+
+def label_with_teacher(opts: TrainOptions, out: str, held_out: Iterable[str] = (),
+                       progress: Callable[[str], None] = log) -> dict:
+    """Labels for kernels nobody timed (--teacher-data): each graph record of
+    the shards opts.teacher_data, measured or not, is written to `out`
+    with the teacher's prediction as runtime_ns, its program renamed
+    teacher:PROGRAM (a generated source of its own, drawn like the others:
+    --generated-share, --source-weight teacher=W) and label_from naming the
+    teacher; its measurement, if any, is dropped. The teacher's answers
+    there, away from the measured kernels, are what a student of one
+    network can learn from an ensemble that its labels alone do not teach.
+    A record of a `held_out` program (the split's validation and test
+    programs), or drawn from one (its origin), is left out: the programs a
+    model is judged on stay unseen. Returns what the model file records."""
+    from tpuperf_cli.errors import StreamError
+    from tpuperf_cli.model.predict import predict_records
+    from tpuperf_cli.records import MEASURE_FIELDS, MODEL, ORIGIN, PRED_NS, PROGRAM, RUNTIME_NS, SOURCE
+    from tpuperf_cli.split import ProgramSet
+    from tpuperf_cli.stream import RecordWriter, read_many
+
+    teacher = _load_teacher(opts)
+    paths = expand(opts.teacher_data, "--teacher-data")
+    held = ProgramSet(list(held_out))
+    left_out = 0
+
+    def kept(records):
+        nonlocal left_out
+        for r in records:
+            if str(r.get(PROGRAM, "")) in held or str(r.get(ORIGIN, "")) in held:
+                left_out += 1
+            else:
+                yield r
+
+    t0 = time.time()
+    n = 0
+    try:
+        with RecordWriter(out, compress=False) as w:
+            for r in predict_records(kept(read_many(paths)), teacher, name=", ".join(paths)):
+                pred = r.pop(PRED_NS)
+                r.pop(MODEL, None)
+                for f in MEASURE_FIELDS:
+                    r.pop(f, None)
+                r[RUNTIME_NS] = float(pred)
+                r[PROGRAM] = f"{TEACHER_SOURCE}:{r.get(PROGRAM, '')}"
+                r[SOURCE] = TEACHER_SOURCE
+                r["label_from"] = teacher.name
+                w.write(r)
+                n += 1
+    except StreamError as e:
+        raise TpuperfError(f"--teacher-data: {e}") from None
+    held_text = f"; {left_out} of validation or test programs left out" if left_out else ""
+    if not n:
+        raise TpuperfError(f"--teacher-data {' '.join(opts.teacher_data)}: no graph records"
+                           + held_text)
+    progress(f"train: {n} kernels of --teacher-data labelled by teacher {teacher.name} "
+             f"(source {TEACHER_SOURCE}{held_text}; {time.time() - t0:.1f}s)")
+    return {**_teacher_info(teacher), "data": list(opts.teacher_data), "examples": n,
+            "left_out": left_out}
+
+
 def blend_teacher(train_set: Corpus, opts: TrainOptions, progress: Callable[[str], None] = log) -> dict:
     """Distillation: replace each training label by runtime^(1-w) *
     teacher^w, w = opts.teacher_weight, the teacher being the model file
@@ -244,20 +328,12 @@ def blend_teacher(train_set: Corpus, opts: TrainOptions, progress: Callable[[str
     the model file records of the teacher (its name, members, how far its
     predictions were from the labels)."""
     from tpuperf_cli.errors import StreamError
-    from tpuperf_cli.model.predict import load_model
 
     if train_set.streaming:
         raise TpuperfError(f"--teacher needs the training examples in memory, and they are larger "
                            f"than --memory-mb {opts.memory_mb:g}; give a larger --memory-mb",
                            exit_code=2)
-    try:
-        teacher = load_model(opts.teacher, engine="auto")
-    except TpuperfError as e:
-        raise TpuperfError(f"--teacher: {e}", exit_code=2) from None
-    if teacher.task != "fusion":
-        raise TpuperfError(f"--teacher {opts.teacher}: a {teacher.task} model ranks "
-                           f"configurations; a teacher must predict runtimes (--task fusion)",
-                           exit_code=2)
+    teacher = _load_teacher(opts)
     t0 = time.time()
     w = opts.teacher_weight
     ratios = []
@@ -269,6 +345,8 @@ def blend_teacher(train_set: Corpus, opts: TrainOptions, progress: Callable[[str
         except StreamError as e:
             raise TpuperfError(f"--teacher {opts.teacher}: {e}", exit_code=2) from None
         for ex, p in zip(examples, pred):
+            if ex.program.startswith(TEACHER_SOURCE + ":"):
+                continue            # --teacher-data: the teacher's labels already
             if ex.runtime > 0 and p > 0:
                 ratios.append(p / ex.runtime)
                 ex.runtime = float(ex.runtime ** (1.0 - w) * p ** w)
@@ -276,9 +354,8 @@ def blend_teacher(train_set: Corpus, opts: TrainOptions, progress: Callable[[str
     progress(f"train: labels blended with {w:g} of teacher {teacher.name}'s predictions "
              f"({len(ratios)} examples, its median error on them {100 * np.median(r):.1f}%, "
              f"p90 {100 * np.quantile(r, 0.9):.1f}%; {time.time() - t0:.1f}s)")
-    members = getattr(teacher.net, "members", None)
-    return {"name": teacher.name, "members": len(members) if members is not None else 1,
-            "weight": w, "examples": len(ratios), "median_ape": round(float(np.median(r)), 4)}
+    return {**_teacher_info(teacher), "weight": w, "examples": len(ratios),
+            "median_ape": round(float(np.median(r)), 4)}
 
 
 # ---------------------------------------------------------------- the loop
@@ -484,9 +561,22 @@ def _train(data, out, net, opts, valid, split, resume, keep_state, name, progres
     opts = replace(opts, device=dist.device(opts.device))
     check_device(opts.device)
     dist.local_batch(opts.batch_size)       # refuse a batch smaller than the processes before reading
+    taught = {}
+    shards = list(data)
+    if opts.teacher_data:
+        # the labelled shard lives as long as the run (a resumed run labels again, alike)
+        work = tempfile.mkdtemp(prefix="tpuperf-teacher-")
+        atexit.register(shutil.rmtree, work, True)
+        shards.append(os.path.join(work, "teacher.msgpack"))
+        held = []
+        if split:
+            s = load_split(split)
+            held = s["valid"] + s["test"]
+        taught["teacher_data"] = label_with_teacher(opts, shards[-1], held, progress)
     train_set, valid_set, scaler = load_data(
-        data, valid, split, opts, Scaler.from_dict(state["scaling"]) if state else None, progress, dist)
-    taught = {"teacher": blend_teacher(train_set, opts, progress)} if opts.teacher else {}
+        shards, valid, split, opts, Scaler.from_dict(state["scaling"]) if state else None, progress, dist)
+    if opts.teacher and opts.teacher_weight > 0:
+        taught["teacher"] = blend_teacher(train_set, opts, progress)
 
     run = TrainingRun(net_cfg, scaler, opts, dist)
     if state is not None:
