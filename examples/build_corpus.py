@@ -66,6 +66,12 @@ Layout of examples/corpus/ (committed unless said):
                       them and the programs' from the kernel shards)
     .cache/           measure's sqlite cache (gitignored)
     .work/            generate's unmeasured output (gitignored)
+    unlabelled/S.zst  kernels no one timed, for a teacher to label (`tpuperf
+                      train --teacher-data`): the `unlabelled` step
+                      generates them (fusions, variants and sweeps of
+                      UNLABELLED_PLAN, seed 11, every kernel of the corpus
+                      excluded); featurize writes graphs/unlabelled/
+                      (gitignored)
 
 Splits: examples/splits/random.json and examples/splits/manual.json (written
 by examples/make_programs.py) split the programs, never kernels, into
@@ -144,6 +150,13 @@ CHUNK = 4000
 PLAN = {"ops": 12000, "fusions": 12000, "sweeps": 12000, "heavy": 12000, "variants": 4000,
         "indexed": 4000}
 SOURCES = tuple(PLAN)
+# kernels generated for a teacher to label (`tpuperf train --teacher-data`),
+# never measured: the `unlabelled` step writes them to unlabelled/S.zst
+# with their own seed, every kernel of the corpus excluded; `featurize`
+# makes their graphs in graphs/unlabelled/
+UNLABELLED = CORPUS / "unlabelled"
+UNLABELLED_PLAN = {"fusions": 8000, "variants": 4000, "sweeps": 6000}
+UNLABELLED_SEED = 11
 # generated kernels are measured nearest-to-the-programs first, so that a
 # build cut short holds the most useful ones
 MEASURE_ORDER = ("fusions", "variants", "sweeps", "indexed", "heavy", "ops")
@@ -322,6 +335,50 @@ def generate_all(plan, args):
                 raise SystemExit(f"build_corpus: tpuperf generate --source {source} failed")
             os.replace(WORK / f"{source}.tmp.zst", WORK / f"{source}.zst")
             log(f"generate {source}: done in {time.time() - t0:.0f}s")
+
+
+def generate_unlabelled():
+    """unlabelled/S.zst for each source of UNLABELLED_PLAN, side by side:
+    kernels drawn from the programs of every split's train list, none of
+    them a kernel of the corpus (the programs' or a generated chunk's),
+    not measured (zstd level 19: they are committed)."""
+    sys.path.insert(0, str(ROOT))
+    from tpuperf_cli.stream import RecordWriter, read_records
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    UNLABELLED.mkdir(parents=True, exist_ok=True)
+    exclude = sorted((CORPUS / "kernels").glob("*.zst")) + sorted(GENERATED.glob("*.zst"))
+    programs = [str(HERE / "hlo" / f"{p}.hlo.zst") for p in draw_from()]
+    running = {}
+    for source, limit in UNLABELLED_PLAN.items():
+        tmp = WORK / f"unlabelled-{source}.zst"
+        cmd = tool("generate") + ["--source", source, "--seed", str(UNLABELLED_SEED), "--limit",
+                                  str(limit), "-q", "-o", str(tmp)]
+        cmd += [a for shard in exclude for a in ("--exclude", str(shard))] + programs
+        log(f"unlabelled {source}: {limit} kernels")
+        running[source] = (subprocess.Popen(cmd), tmp, time.time())
+    for source, (proc, tmp, t0) in running.items():
+        if proc.wait() != 0:
+            raise SystemExit(f"build_corpus: tpuperf generate --source {source} failed")
+        dest = UNLABELLED / f"{source}.zst"
+        with RecordWriter(str(dest) + ".tmp", compress=True, level=19) as w:
+            for r in read_records(str(tmp)):
+                w.write(r)
+        os.replace(str(dest) + ".tmp", dest)
+        tmp.unlink()
+        log(f"unlabelled {source}: done in {time.time() - t0:.0f}s")
+
+
+def featurize_unlabelled(out_dir):
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for src in sorted(UNLABELLED.glob("*.zst")):
+        dest = out_dir / src.name
+        with open(src, "rb") as f:
+            feat = subprocess.Popen(tool("featurize"), stdin=f, stdout=subprocess.PIPE)
+            _write_atomic(feat.stdout, dest)
+            if feat.wait() != 0:
+                dest.unlink(missing_ok=True)
+                raise SystemExit(f"build_corpus: unlabelled {src.name}: featurize failed")
 
 
 def unmeasured_kernels(source):
@@ -642,7 +699,7 @@ def write_gitignore(commit_graphs):
     # graphs of generated kernels are rebuilt by `build_corpus.py featurize`
     # (a minute or two): the checkout stays small enough to carry
     lines = ["# written by examples/build_corpus.py", ".cache/", ".work/", "*.tmp",
-             "graphs/generated/"]
+             "graphs/generated/", "graphs/unlabelled/"]
     if not commit_graphs:
         lines.append("graphs/")
     (CORPUS / ".gitignore").write_text("\n".join(lines) + "\n")
@@ -677,7 +734,8 @@ def main(argv=None):
                          "--plan) and prints how long measuring the whole corpus takes here, "
                          "'measure' times the programs' kernels and then the generated ones; "
                          "'featurize' alone rebuilds graphs/ from the committed kernel shards; "
-                         "'manifest' only rewrites manifest.json")
+                         "'manifest' only rewrites manifest.json; 'unlabelled' alone writes "
+                         "unlabelled/ (kernels for a teacher to label, never measured)")
     ap.add_argument("--plan", nargs="+", metavar="SOURCE=N",
                     help="kernels per generated source (default: "
                          + " ".join(f"{k}={v}" for k, v in PLAN.items()) + ")")
@@ -714,10 +772,10 @@ def main(argv=None):
                          "train|valid|test) and exit")
     args = ap.parse_args(argv)
     args.steps = args.steps or ["measure", "featurize"]
-    bad = set(args.steps) - {"measure", "generate", "featurize", "manifest", "estimate"}
+    bad = set(args.steps) - {"measure", "generate", "featurize", "manifest", "estimate", "unlabelled"}
     if bad:
         ap.error(f"unknown step(s): {', '.join(sorted(bad))} "
-                 f"(choose measure, generate, featurize, manifest, estimate)")
+                 f"(choose measure, generate, featurize, manifest, estimate, unlabelled)")
     plan = dict(PLAN)
     for item in args.plan or []:
         name, _, n = item.partition("=")
@@ -726,6 +784,11 @@ def main(argv=None):
         plan[name] = int(n)
     if args.list:
         list_split(*args.list)
+        return
+    if "unlabelled" in args.steps:
+        if len(args.steps) > 1:
+            ap.error("unlabelled is a step of its own: it writes unlabelled/, measuring nothing")
+        generate_unlabelled()
         return
     if "estimate" in args.steps:
         if len(args.steps) > 1:
@@ -760,6 +823,7 @@ def main(argv=None):
             if (CORPUS / "kernels" / f"{prog['name']}.zst").exists():
                 featurize_program(prog, out)
         featurize_generated(out / "generated")
+        featurize_unlabelled(out / "unlabelled")
         log(f"featurized in {time.time() - t0:.0f}s")
     if not args.only:  # shards of programs no longer in programs.json go
         names = {p["name"] for p in load_programs()}

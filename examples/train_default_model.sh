@@ -137,7 +137,17 @@ SEEDS=${SEEDS:-"0"}
 # and tau 0.866 against 0.833, but program error 15.4% against 14.6%,
 # the random split's seeds no better, and five runs instead of one.
 TEACHER_SEEDS=${TEACHER_SEEDS:-}
-if [ -z "$(ls examples/corpus/graphs/generated/*.zst 2>/dev/null)" ]; then
+# What the teacher teaches: TEACHER_WEIGHT of its prediction in each
+# measured label (the geometric-mean blend above at 0.5; 0 keeps the
+# measured labels), and labels for TEACHER_DATA, kernels no one timed
+# (examples/corpus/unlabelled/, `build_corpus.py unlabelled`), trained on
+# as a source of their own with TEACHER_PART parts of the generated share
+# (train --teacher-data, --source-weight teacher=W).
+TEACHER_WEIGHT=${TEACHER_WEIGHT:-0}
+TEACHER_DATA=${TEACHER_DATA-'examples/corpus/graphs/unlabelled/*.zst'}
+TEACHER_PART=${TEACHER_PART:-2}
+if [ -z "$(ls examples/corpus/graphs/generated/*.zst 2>/dev/null)" ] \
+        || { [ -n "$TEACHER_SEEDS" ] && [ -z "$(ls examples/corpus/graphs/unlabelled/*.zst 2>/dev/null)" ]; }; then
     $PY examples/build_corpus.py featurize
 fi
 TMP=$(mktemp -d)
@@ -166,7 +176,10 @@ train_seeds() {
 if [ -n "$TEACHER_SEEDS" ]; then
     train_seeds teacher "$TEACHER_SEEDS" "$@"
     $PY -m tpuperf_cli ensemble "$TMP"/teacher*.pt -o "$TMP/teacher.pt"
-    set -- "$@" --teacher "$TMP/teacher.pt" --teacher-weight 0.5
+    set -- "$@" --teacher "$TMP/teacher.pt" --teacher-weight "$TEACHER_WEIGHT"
+    if [ -n "$TEACHER_DATA" ]; then
+        set -- "$@" --teacher-data "$TEACHER_DATA" --source-weight teacher="$TEACHER_PART"
+    fi
 fi
 train_seeds seed "$SEEDS" "$@"
 set -- "$TMP"/seed*.pt

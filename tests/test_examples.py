@@ -478,7 +478,8 @@ def test_train_default_model_trains_teachers_then_distils(tmp_path):
     assert sorted(re.search(r"--seed (\d)", c).group(1) for c in teachers) == ["0", "1", "2"]
     ensemble = calls.index(next(c for c in calls if c.startswith("-m tpuperf_cli ensemble")))
     assert ensemble > max(calls.index(c) for c in teachers) and ensemble < calls.index(student)
-    taught = re.search(r"--teacher (\S+) --teacher-weight 0.5", student)
+    taught = re.search(r"--teacher (\S+) --teacher-weight 0 --teacher-data "
+                       r"examples/corpus/graphs/unlabelled/\*.zst --source-weight teacher=2$", student)
     assert taught and calls[ensemble].endswith("-o " + taught.group(1)), (student, calls[ensemble])
     assert out.exists() and calls[-1].startswith("benchmarks/bench_accuracy.py --model " + str(out))
 

@@ -846,6 +846,23 @@ def test_a_run_trains_on_teacher_data(shards, teacher, unlabelled, tmp_path):
     assert trained["data"] == [str(p) for p in sorted(shards.glob("*.zst"))]   # no temporary file
 
 
+def test_a_run_with_teacher_data_resumes(shards, teacher, unlabelled, tmp_path):
+    """The labelled shard is made again on resume (it lived as long as the
+    run), and --teacher-data given again is the run's own, not a change."""
+    path, _ = unlabelled
+    out = tmp_path / "student.pt"
+    data = [str(p) for p in sorted(shards.glob("*.zst"))]
+    opts = dict(teacher=str(teacher), teacher_weight=0, teacher_data=(str(path),))
+    train(data, out, NetConfig(**TINY), fast_opts(epochs=1, **opts), split=str(shards / "split.json"),
+          keep_state=True, progress=quiet)
+    lines = []
+    summary = train(data, out, NetConfig(**TINY), fast_opts(epochs=2, **opts),
+                    split=str(shards / "split.json"), resume=True,
+                    given=["epochs", "teacher", "teacher_weight", "teacher_data"], progress=lines.append)
+    assert summary["epochs"] == 2, lines
+    assert any("kernels of --teacher-data labelled by teacher" in line for line in lines), lines
+
+
 @pytest.mark.parametrize("args, message", [
     (["--teacher", "missing.pt"], "--teacher: "),
     (["--teacher-data", "UNLABELLED"], "--teacher-data is labelled by a teacher: give --teacher"),

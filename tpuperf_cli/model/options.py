@@ -59,6 +59,10 @@ class TrainOptions:
     teacher_weight: float = 0.5   # the blend: runtime^(1-w) * teacher's^w (a geometric mean)
     teacher_data: tuple = ()    # shards of kernels the teacher labels (source "teacher")
 
+    def __post_init__(self):
+        # a resumed run's options come back from the state file with lists
+        self.teacher_data = tuple(self.teacher_data)
+
     def check(self) -> TrainOptions:
         if self.task not in TASKS:
             raise TpuperfError(f"--task must be one of {', '.join(TASKS)}")
