@@ -260,6 +260,52 @@ def test_a_checkout_without_generates_output_measures_the_committed_chunks_again
     assert sorted(p.name for p in (tmp_path / "graphs").iterdir()) == ["heavy-000.zst"]
 
 
+def test_unlabelled_step_generates_excluding_the_corpus(tmp_path, monkeypatch):
+    """build_corpus.py unlabelled: each source of the plan generated with
+    its own seed, from the programs of every split's train list, every
+    kernel shard of the corpus excluded, written to unlabelled/S.zst;
+    featurize makes their graphs beside the others'."""
+    import importlib.util
+
+    from tpuperf_cli.stream import read_records
+
+    spec = importlib.util.spec_from_file_location("build_corpus", EX / "build_corpus.py")
+    bc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bc)
+    for name, path in (("CORPUS", tmp_path), ("WORK", tmp_path / ".work"),
+                       ("GENERATED", tmp_path / "generated"), ("UNLABELLED", tmp_path / "unlabelled")):
+        monkeypatch.setattr(bc, name, path)
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "generated").mkdir()
+    (tmp_path / "kernels" / "p.zst").write_bytes(b"")
+    (tmp_path / "generated" / "ops-000.zst").write_bytes(b"")
+    monkeypatch.setattr(bc, "UNLABELLED_PLAN", {"fusions": 2, "sweeps": 3})
+    # a stand-in for tpuperf generate: one record per --limit, its argv inside
+    fake = ("import sys, msgpack\n"
+            "a = sys.argv[1:]\n"
+            "with open(a[a.index('-o') + 1], 'wb') as f:\n"
+            "    for i in range(int(a[a.index('--limit') + 1])):\n"
+            "        f.write(msgpack.packb({'fingerprint': str(i), 'argv': a}))\n")
+    monkeypatch.setattr(bc, "tool", lambda name: [sys.executable, "-c", fake])
+    bc.main(["unlabelled"])
+    for source, n in (("fusions", 2), ("sweeps", 3)):
+        got = list(read_records(str(tmp_path / "unlabelled" / f"{source}.zst")))
+        assert len(got) == n
+        argv = got[0]["argv"]
+        assert argv[argv.index("--source") + 1] == source and argv[argv.index("--seed") + 1] == "11"
+        excluded = [argv[i + 1] for i, a in enumerate(argv) if a == "--exclude"]
+        assert excluded == [str(tmp_path / "kernels" / "p.zst"), str(tmp_path / "generated" / "ops-000.zst")]
+        drawn = [a for a in argv if a.endswith(".hlo.zst")]
+        assert drawn and all(Path(a).name.replace(".hlo.zst", "") in bc.draw_from() for a in drawn)
+    assert not list((tmp_path / ".work").iterdir())
+    monkeypatch.setattr(bc, "tool", lambda name: [sys.executable, "-c",
+                                                   "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"])
+    bc.featurize_unlabelled(tmp_path / "graphs" / "unlabelled")
+    assert sorted(p.name for p in (tmp_path / "graphs" / "unlabelled").iterdir()) == ["fusions.zst", "sweeps.zst"]
+    with pytest.raises(SystemExit):
+        bc.main(["unlabelled", "featurize"])
+
+
 def test_a_larger_plan_appends_to_the_committed_chunks(tmp_path, monkeypatch):
     """Growing a source keeps its measured chunks as they are: the
     regenerated list (generate's .work/SOURCE.zst, which need not begin
