@@ -372,13 +372,7 @@ def generate_unlabelled():
 def featurize_unlabelled(out_dir):
     out_dir.mkdir(parents=True, exist_ok=True)
     for src in sorted(UNLABELLED.glob("*.zst")):
-        dest = out_dir / src.name
-        with open(src, "rb") as f:
-            feat = subprocess.Popen(tool("featurize"), stdin=f, stdout=subprocess.PIPE)
-            _write_atomic(feat.stdout, dest)
-            if feat.wait() != 0:
-                dest.unlink(missing_ok=True)
-                raise SystemExit(f"build_corpus: unlabelled {src.name}: featurize failed")
+        featurize_file(src, out_dir / src.name, f"unlabelled {src.name}")
 
 
 def unmeasured_kernels(source):
@@ -528,25 +522,23 @@ def featurize_generated(out_dir):
         (out_dir / stale).unlink()  # its kernel chunk went with a smaller --plan
     for src in sorted(GENERATED.glob("*.zst")):
         # always: a newer featurize changes graphs whose kernels did not change
-        dest = out_dir / src.name
-        with open(src, "rb") as f:
-            feat = subprocess.Popen(tool("featurize"), stdin=f, stdout=subprocess.PIPE)
-            _write_atomic(feat.stdout, dest)
-            if feat.wait() != 0:
-                dest.unlink(missing_ok=True)
-                raise SystemExit(f"build_corpus: {src.name}: featurize failed")
+        featurize_file(src, out_dir / src.name, src.name)
 
 
-def featurize_program(prog, out_dir):
-    src = CORPUS / "kernels" / f"{prog['name']}.zst"
-    dest = out_dir / f"{prog['name']}.zst"
+def featurize_file(src, dest, what):
+    """featurize < src > dest (atomically); the number of records written."""
     with open(src, "rb") as f:
         feat = subprocess.Popen(tool("featurize"), stdin=f, stdout=subprocess.PIPE)
         n = _write_atomic(feat.stdout, dest)
         if feat.wait() != 0:
             dest.unlink(missing_ok=True)
-            raise SystemExit(f"build_corpus: {prog['name']}: featurize failed")
+            raise SystemExit(f"build_corpus: {what}: featurize failed")
     return n
+
+
+def featurize_program(prog, out_dir):
+    return featurize_file(CORPUS / "kernels" / f"{prog['name']}.zst",
+                          out_dir / f"{prog['name']}.zst", prog["name"])
 
 
 def summarize(programs, args, measure_seconds):

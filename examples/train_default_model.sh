@@ -130,12 +130,14 @@ GENERATED=${GENERATED:-'examples/corpus/graphs/generated/*.zst'}
 SEEDS=${SEEDS:-"0"}
 # Distillation (train --teacher), off unless TEACHER_SEEDS names seeds:
 # those are trained first with the same options and joined with `tpuperf
-# ensemble`; each of SEEDS then trains on labels blended half and half (a
-# geometric mean) with that ensemble's predictions. Tried on 2026-11-27
-# with TEACHER_SEEDS="0 1 2 3", not chosen (README, "The bundled model"):
-# the manual split's validation MAPE over four seeds 22.6% against 24.1%
-# and tau 0.866 against 0.833, but program error 15.4% against 14.6%,
-# the random split's seeds no better, and five runs instead of one.
+# ensemble`; each of SEEDS then learns from that ensemble (below: by
+# default the labels it gives kernels no one timed). Blending its
+# predictions half and half into the measured labels (TEACHER_WEIGHT=0.5
+# TEACHER_DATA=) was tried on 2026-11-27 with TEACHER_SEEDS="0 1 2 3", not
+# chosen (README, "The bundled model"): the manual split's validation
+# MAPE over four seeds 22.6% against 24.1% and tau 0.866 against 0.833,
+# but program error 15.4% against 14.6%, the random split's seeds no
+# better, and five runs instead of one.
 TEACHER_SEEDS=${TEACHER_SEEDS:-}
 # What the teacher teaches: TEACHER_WEIGHT of its prediction in each
 # measured label (the geometric-mean blend above at 0.5; 0 keeps the
