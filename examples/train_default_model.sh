@@ -144,7 +144,10 @@ TEACHER_SEEDS=${TEACHER_SEEDS:-}
 # measured labels), and labels for TEACHER_DATA, kernels no one timed
 # (examples/corpus/unlabelled/, `build_corpus.py unlabelled`), trained on
 # as a source of their own with TEACHER_PART parts of the generated share
-# (train --teacher-data, --source-weight teacher=W).
+# (train --teacher-data, --source-weight teacher=W). Tried so on
+# 2026-11-27, not chosen (README, "The bundled model"): validation MAPE
+# 22.3% against 24.6% over the random split's seeds 0 to 2, but 25.3%
+# against 24.1% over the manual split's 0 to 3 (the held-out families).
 TEACHER_WEIGHT=${TEACHER_WEIGHT:-0}
 TEACHER_DATA=${TEACHER_DATA-'examples/corpus/graphs/unlabelled/*.zst'}
 TEACHER_PART=${TEACHER_PART:-2}

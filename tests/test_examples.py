@@ -529,6 +529,14 @@ def test_train_default_model_trains_teachers_then_distils(tmp_path):
     assert taught and calls[ensemble].endswith("-o " + taught.group(1)), (student, calls[ensemble])
     assert out.exists() and calls[-1].startswith("benchmarks/bench_accuracy.py --model " + str(out))
 
+    # the blend instead, without kernels to label
+    log.unlink()
+    res = subprocess.run(["sh", str(script)], env={**env, "TEACHER_WEIGHT": "0.5", "TEACHER_DATA": ""},
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    student = [c for c in log.read_text().splitlines() if c.startswith("-m tpuperf_cli train")][-1]
+    assert student.endswith("--teacher-weight 0.5") and "--teacher-data" not in student, student
+
     log.unlink()
     env["TEACHER_SEEDS"] = ""
     res = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True)
