@@ -264,18 +264,8 @@ class NumpyNet:
 
     # ------------------------------------------------------------ forward
 
-    def edges(self, b: Batch) -> tuple[_Edges, _Edges] | None:
-        """The batch's edges grouped for aggregation (both directions), or
-        None for a network without graph layers. Members of an ensemble
-        share them: grouping costs about as much as a layer."""
-        if not self.layers:
-            return None
-        n = int(b.opcode.shape[0])
-        return _Edges(b.in_src, b.in_dst, n), _Edges(b.out_src, b.out_dst, n)
-
-    def __call__(self, b: Batch, edges: tuple[_Edges, _Edges] | None = None) -> np.ndarray:
-        """The network's output per graph (B,) for a data.Batch (`edges`:
-        what self.edges(b) returns, when already made)."""
+    def __call__(self, b: Batch) -> np.ndarray:
+        """The network's output per graph (B,) for a data.Batch."""
         cfg = self.cfg
         n = int(b.opcode.shape[0])
         kx = b.kernel_x                                                 # (B, K) scaled
@@ -286,7 +276,8 @@ class NumpyNet:
         h = self.f1b(_relu(h))
         _relu(h)
         if self.layers:
-            g_in, g_out = edges or self.edges(b)
+            g_in = _Edges(b.in_src, b.in_dst, n)
+            g_out = _Edges(b.out_src, b.out_dst, n)
             mean = cfg.aggregate == "mean"
             for kind, p_in, p_out, f3, (w_h, w_in, w_out) in self.layers:
                 if kind == "sage":
@@ -448,9 +439,7 @@ class NumpyEnsemble:
         return self
 
     def __call__(self, b: Batch) -> np.ndarray:
-        # members share a config (tpuperf ensemble checks), so their edges
-        edges = self.members[0].edges(b)
-        return np.mean([m(b, edges) for m in self.members], axis=0)
+        return np.mean([m(b) for m in self.members], axis=0)
 
 
 def numpy_net(d: dict) -> NumpyNet | NumpyEnsemble:
