@@ -342,9 +342,6 @@ def generate_unlabelled():
     kernels drawn from the programs of every split's train list, none of
     them a kernel of the corpus (the programs' or a generated chunk's),
     not measured (zstd level 19: they are committed)."""
-    sys.path.insert(0, str(ROOT))
-    from tpuperf_cli.stream import RecordWriter, read_records
-
     WORK.mkdir(parents=True, exist_ok=True)
     UNLABELLED.mkdir(parents=True, exist_ok=True)
     exclude = sorted((CORPUS / "kernels").glob("*.zst")) + sorted(GENERATED.glob("*.zst"))
@@ -360,11 +357,7 @@ def generate_unlabelled():
     for source, (proc, tmp, t0) in running.items():
         if proc.wait() != 0:
             raise SystemExit(f"build_corpus: tpuperf generate --source {source} failed")
-        dest = UNLABELLED / f"{source}.zst"
-        with RecordWriter(str(dest) + ".tmp", compress=True, level=19) as w:
-            for r in read_records(str(tmp)):
-                w.write(r)
-        os.replace(str(dest) + ".tmp", dest)
+        _write_atomic(str(tmp), UNLABELLED / f"{source}.zst")
         tmp.unlink()
         log(f"unlabelled {source}: done in {time.time() - t0:.0f}s")
 

@@ -20,10 +20,8 @@ across processes, and only rank 0 writes files and progress.
 
 from __future__ import annotations
 
-import atexit
 import math
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -261,7 +259,7 @@ def _teacher_info(teacher) -> dict:
 
 
 def label_with_teacher(opts: TrainOptions, out: str, held_out: Iterable[str] = (),
-                       progress: Callable[[str], None] = log) -> dict:
+                       progress: Callable[[str], None] = log, teacher: Model | None = None) -> dict:
     """Labels for kernels nobody timed (--teacher-data): each graph record of
     the shards opts.teacher_data, measured or not, is written to `out`
     with the teacher's prediction as runtime_ns, its program renamed
@@ -272,14 +270,15 @@ def label_with_teacher(opts: TrainOptions, out: str, held_out: Iterable[str] = (
     network can learn from an ensemble that its labels alone do not teach.
     A record of a `held_out` program (the split's validation and test
     programs), or drawn from one (its origin), is left out: the programs a
-    model is judged on stay unseen. Returns what the model file records."""
+    model is judged on stay unseen. `teacher`: opts.teacher loaded
+    already. Returns what the model file records."""
     from tpuperf_cli.errors import StreamError
     from tpuperf_cli.model.predict import predict_records
     from tpuperf_cli.records import MEASURE_FIELDS, MODEL, ORIGIN, PRED_NS, PROGRAM, RUNTIME_NS, SOURCE
     from tpuperf_cli.split import ProgramSet
     from tpuperf_cli.stream import RecordWriter, read_many
 
-    teacher = _load_teacher(opts)
+    teacher = teacher or _load_teacher(opts)
     paths = expand(opts.teacher_data, "--teacher-data")
     held = ProgramSet(list(held_out))
     left_out = 0
@@ -319,12 +318,15 @@ def label_with_teacher(opts: TrainOptions, out: str, held_out: Iterable[str] = (
             "left_out": left_out}
 
 
-def blend_teacher(train_set: Corpus, opts: TrainOptions, progress: Callable[[str], None] = log) -> dict:
+def blend_teacher(train_set: Corpus, opts: TrainOptions, progress: Callable[[str], None] = log,
+                  teacher: Model | None = None) -> dict:
     """Distillation: replace each training label by runtime^(1-w) *
     teacher^w, w = opts.teacher_weight, the teacher being the model file
     opts.teacher (typically an ensemble of seeds, whose predictions vary less
     from seed to seed than one network's). Validation keeps the measured
-    labels. The examples must be in memory (a cached corpus). Returns what
+    labels; the examples of --teacher-data (label_with_teacher) hold its
+    predictions already and are left as they are. The examples must be in
+    memory (a cached corpus). `teacher`: opts.teacher loaded already. Returns what
     the model file records of the teacher (its name, members, how far its
     predictions were from the labels)."""
     from tpuperf_cli.errors import StreamError
@@ -333,11 +335,12 @@ def blend_teacher(train_set: Corpus, opts: TrainOptions, progress: Callable[[str
         raise TpuperfError(f"--teacher needs the training examples in memory, and they are larger "
                            f"than --memory-mb {opts.memory_mb:g}; give a larger --memory-mb",
                            exit_code=2)
-    teacher = _load_teacher(opts)
+    teacher = teacher or _load_teacher(opts)
     t0 = time.time()
     w = opts.teacher_weight
     ratios = []
     for examples in train_set.cache.values():
+        examples = [ex for ex in examples if not ex.program.startswith(TEACHER_SOURCE + ":")]
         if not examples:
             continue
         try:
@@ -345,8 +348,6 @@ def blend_teacher(train_set: Corpus, opts: TrainOptions, progress: Callable[[str
         except StreamError as e:
             raise TpuperfError(f"--teacher {opts.teacher}: {e}", exit_code=2) from None
         for ex, p in zip(examples, pred):
-            if ex.program.startswith(TEACHER_SOURCE + ":"):
-                continue            # --teacher-data: the teacher's labels already
             if ex.runtime > 0 and p > 0:
                 ratios.append(p / ex.runtime)
                 ex.runtime = float(ex.runtime ** (1.0 - w) * p ** w)
@@ -531,8 +532,11 @@ def train(data: Sequence[str], out: str | os.PathLike, net: NetConfig | None = N
     dist = Dist.from_env((opts or TrainOptions()).device)
     finished = False
     try:
-        summary = _train(data, out, net, opts, valid, split, resume, keep_state, name,
-                         progress if dist.main else _silent, given, dist)
+        # for the shard --teacher-data is labelled into (a resumed run's
+        # options, known only later, may have it): removed when training ends
+        with tempfile.TemporaryDirectory(prefix="tpuperf-train-") as work:
+            summary = _train(data, out, net, opts, valid, split, resume, keep_state, name,
+                             progress if dist.main else _silent, given, dist, work)
         finished = True
         return summary
     finally:
@@ -543,7 +547,7 @@ def _silent(_line: str) -> None:
     """Progress of the ranks other than 0: rank 0 speaks for the run."""
 
 
-def _train(data, out, net, opts, valid, split, resume, keep_state, name, progress, given, dist):
+def _train(data, out, net, opts, valid, split, resume, keep_state, name, progress, given, dist, work):
     from dataclasses import replace
 
     from tpuperf_cli.model import resume as resuming
@@ -563,20 +567,20 @@ def _train(data, out, net, opts, valid, split, resume, keep_state, name, progres
     dist.local_batch(opts.batch_size)       # refuse a batch smaller than the processes before reading
     taught = {}
     shards = list(data)
+    blend = opts.teacher and opts.teacher_weight > 0
+    teacher = _load_teacher(opts) if opts.teacher_data or blend else None
     if opts.teacher_data:
-        # the labelled shard lives as long as the run (a resumed run labels again, alike)
-        work = tempfile.mkdtemp(prefix="tpuperf-teacher-")
-        atexit.register(shutil.rmtree, work, True)
+        # labelled anew by a resumed run too, alike
         shards.append(os.path.join(work, "teacher.msgpack"))
         held = []
         if split:
             s = load_split(split)
             held = s["valid"] + s["test"]
-        taught["teacher_data"] = label_with_teacher(opts, shards[-1], held, progress)
+        taught["teacher_data"] = label_with_teacher(opts, shards[-1], held, progress, teacher)
     train_set, valid_set, scaler = load_data(
         shards, valid, split, opts, Scaler.from_dict(state["scaling"]) if state else None, progress, dist)
-    if opts.teacher and opts.teacher_weight > 0:
-        taught["teacher"] = blend_teacher(train_set, opts, progress)
+    if blend:
+        taught["teacher"] = blend_teacher(train_set, opts, progress, teacher)
 
     run = TrainingRun(net_cfg, scaler, opts, dist)
     if state is not None:
