@@ -57,7 +57,7 @@ def _source_weights(ctx, param, values) -> dict:
                    "ensemble of seeds (`tpuperf ensemble`) taught to one network that predicts "
                    "as fast as any. Validation keeps the measured runtimes. --task fusion, a "
                    "network (not --learner gbdt); "
-                   "the training data must fit --memory-mb.")
+                   "to blend (--teacher-weight above 0), the training data must fit --memory-mb.")
 @click.option("--teacher-weight", type=click.FloatRange(0, 1), default=0.5, show_default=True,
               metavar="W",
               help="The label is runtime^(1-W) * prediction^W (1: the teacher's prediction alone).")
