@@ -50,6 +50,8 @@ examples/gpu_calibrate.sh is the run on an H100.
     # families the base never saw: a base trained on manual's training programs
     SPLIT=examples/splits/manual.json OUT=base.pt sh examples/train_default_model.sh
     .venv/bin/python benchmarks/bench_calibrate.py --model base.pt
+    # keep the calibrated model, to score it later on the corpus measured here
+    .venv/bin/python benchmarks/bench_calibrate.py --model base.pt --keep-model cal.pt
     # an older corpus and the model trained on it (another machine's)
     .venv/bin/python benchmarks/bench_calibrate.py --corpus old/graphs --model old.pt
 
@@ -64,6 +66,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -111,6 +114,9 @@ def main():
                          "enough from an earlier run")
     ap.add_argument("--join", default="ensemble", choices=cal.JOINS,
                     help="as calibrate --join")
+    ap.add_argument("--keep-model", default=None,
+                    help="also keep the calibrated model here (to score it later, e.g. beside a "
+                         "scratch model, on the corpus measured here)")
     args = ap.parse_args()
     budget_s = parse_budget(None, None, args.budget)
 
@@ -248,7 +254,10 @@ def main():
     scratch_rows = [f"scratch ({m.kind}, --scratch-model {i + 1})" for i, m in enumerate(scratches)]
     for name, m in zip(scratch_rows, scratches):
         preds[name] = m.predict_examples(test_examples())
-    os.unlink(out)
+    if args.keep_model:
+        shutil.move(out, args.keep_model)
+    else:
+        os.unlink(out)
     rows = {name: cal.figures(pred, truth, groups) for name, pred in preds.items()}
 
     print(f"calibrate: budget {budget_s:.0f}s, spent {result['seconds']:.0f}s; "
