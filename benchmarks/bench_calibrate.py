@@ -50,8 +50,12 @@ examples/gpu_calibrate.sh is the run on an H100.
     # families the base never saw: a base trained on manual's training programs
     SPLIT=examples/splits/manual.json OUT=base.pt sh examples/train_default_model.sh
     .venv/bin/python benchmarks/bench_calibrate.py --model base.pt
-    # keep the calibrated model, to score it later on the corpus measured here
-    .venv/bin/python benchmarks/bench_calibrate.py --model base.pt --keep-model cal.pt
+    # keep the calibrated model; once a scratch model is trained on the
+    # corpus measured here, score both against a fresh second timing of the
+    # test kernels (the first comes from the first run's cache)
+    .venv/bin/python benchmarks/bench_calibrate.py --model base.pt --keep-model cal.pt --cache-dir C
+    .venv/bin/python benchmarks/bench_calibrate.py --model base.pt --calibrated cal.pt --cache-dir C \
+        --scratch-model here.pt
     # an older corpus and the model trained on it (another machine's)
     .venv/bin/python benchmarks/bench_calibrate.py --corpus old/graphs --model old.pt
 
@@ -115,8 +119,12 @@ def main():
     ap.add_argument("--join", default="ensemble", choices=cal.JOINS,
                     help="as calibrate --join")
     ap.add_argument("--keep-model", default=None,
-                    help="also keep the calibrated model here (to score it later, e.g. beside a "
-                         "scratch model, on the corpus measured here)")
+                    help="also keep the calibrated model here (to score it later, with "
+                         "--calibrated, beside a scratch model trained afterwards)")
+    ap.add_argument("--calibrated", default=None, metavar="FILE",
+                    help="do not run calibrate: score this calibrated model (an earlier run's "
+                         "--keep-model, with the same --cache-dir, so that the first timing of "
+                         "the test kernels is that run's) against a fresh second timing")
     args = ap.parse_args()
     budget_s = parse_budget(None, None, args.budget)
 
@@ -200,12 +208,20 @@ def main():
         sys.exit("bench_calibrate: too few test kernels measured")
 
     # 2. calibrate, its budget all included, the test programs left out
-    out = tempfile.NamedTemporaryFile(suffix=".pt", delete=False).name
-    opts = cal.Options(budget_s=budget_s, out=out, cache_dir=args.cache_dir,
-                       corpus=tuple(args.corpus or ()), backend=args.backend,
-                       samples=args.samples, exclude_programs=tuple(sorted(test_programs)),
-                       model=args.model, join=args.join, more=args.more)
-    result = cal.calibrate(opts, log)
+    if args.calibrated:
+        out = args.calibrated
+        meta = (load_model(out).meta.get("trained") or {}).get("calibrated", {})
+        result = {"method": meta.get("method", "?"), "members": meta.get("members", 1),
+                  "models": {}}
+        args.join = meta.get("join", args.join)
+        print(f"calibrate: not run; scoring {out} (--calibrated)")
+    else:
+        out = tempfile.NamedTemporaryFile(suffix=".pt", delete=False).name
+        opts = cal.Options(budget_s=budget_s, out=out, cache_dir=args.cache_dir,
+                           corpus=tuple(args.corpus or ()), backend=args.backend,
+                           samples=args.samples, exclude_programs=tuple(sorted(test_programs)),
+                           model=args.model, join=args.join, more=args.more)
+        result = cal.calibrate(opts, log)
 
     # 3. the test kernels timed again, afresh: the labels' noise floor, and
     #    labels that average out how this machine drifted across the run
@@ -254,15 +270,18 @@ def main():
     scratch_rows = [f"scratch ({m.kind}, --scratch-model {i + 1})" for i, m in enumerate(scratches)]
     for name, m in zip(scratch_rows, scratches):
         preds[name] = m.predict_examples(test_examples())
-    if args.keep_model:
+    if args.calibrated:
+        pass
+    elif args.keep_model:
         shutil.move(out, args.keep_model)
     else:
         os.unlink(out)
     rows = {name: cal.figures(pred, truth, groups) for name, pred in preds.items()}
 
-    print(f"calibrate: budget {budget_s:.0f}s, spent {result['seconds']:.0f}s; "
-          f"{result['train']} kernel(s) fitted, {result['held_out']} held out; "
-          f"{result['timed']} timed in this run")
+    if not args.calibrated:
+        print(f"calibrate: budget {budget_s:.0f}s, spent {result['seconds']:.0f}s; "
+              f"{result['train']} kernel(s) fitted, {result['held_out']} held out; "
+              f"{result['timed']} timed in this run")
     # the same figures on kernels >= 5 us (the paper's threshold, the
     # README's other tables): timing noise weighs most below it
     big = truth >= args.min_us * 1000
