@@ -209,12 +209,12 @@ def main():
 
     # 2. calibrate, its budget all included, the test programs left out
     if args.calibrated:
-        out = args.calibrated
-        meta = (load_model(out).meta.get("trained") or {}).get("calibrated", {})
+        calibrated_model = load_model(args.calibrated)
+        meta = (calibrated_model.meta.get("trained") or {}).get("calibrated", {})
         result = {"method": meta.get("method", "?"), "members": meta.get("members", 1),
                   "models": {}}
         args.join = meta.get("join", args.join)
-        print(f"calibrate: not run; scoring {out} (--calibrated)")
+        print(f"calibrate: not run; scoring {args.calibrated} (--calibrated)")
     else:
         out = tempfile.NamedTemporaryFile(suffix=".pt", delete=False).name
         opts = cal.Options(budget_s=budget_s, out=out, cache_dir=args.cache_dir,
@@ -222,6 +222,11 @@ def main():
                            samples=args.samples, exclude_programs=tuple(sorted(test_programs)),
                            model=args.model, join=args.join, more=args.more)
         result = cal.calibrate(opts, log)
+        calibrated_model = load_model(out)
+        if args.keep_model:
+            shutil.move(out, args.keep_model)
+        else:
+            os.unlink(out)
 
     # 3. the test kernels timed again, afresh: the labels' noise floor, and
     #    labels that average out how this machine drifted across the run
@@ -261,7 +266,7 @@ def main():
     bundled = load_model(args.model or cal.default_base(args.backend)[0])   # calibrate's own
     preds["bundled"] = bundled.predict_examples(test_examples())
     calibrated = f"calibrated ({result['method']}{cal.joined_text(result['members'], args.join)})"
-    preds[calibrated] = load_model(out).predict_examples(test_examples())
+    preds[calibrated] = calibrated_model.predict_examples(test_examples())
     for method, model in result["models"].items():
         if method != "base":
             preds[f"  {method} (fitted on calibrate's fitting programs)"] = cal.Fitter.predict(
@@ -270,12 +275,6 @@ def main():
     scratch_rows = [f"scratch ({m.kind}, --scratch-model {i + 1})" for i, m in enumerate(scratches)]
     for name, m in zip(scratch_rows, scratches):
         preds[name] = m.predict_examples(test_examples())
-    if args.calibrated:
-        pass
-    elif args.keep_model:
-        shutil.move(out, args.keep_model)
-    else:
-        os.unlink(out)
     rows = {name: cal.figures(pred, truth, groups) for name, pred in preds.items()}
 
     if not args.calibrated:
