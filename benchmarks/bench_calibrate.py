@@ -32,7 +32,10 @@ programs of the kernel MAPE (and the kernels' Kendall tau) of
 
 each beside the same figures on the kernels of at least 5 us (the paper's
 threshold, and the README's other tables': below it timing noise weighs
-most; --min-us), with the ratio calibrated / bundled and calibrated /
+most; --min-us) and the whole-program error (median over test programs of
+|sum of predictions - sum of labels| / sum of labels, each kernel counted
+as often as its program runs it, over the kernels timed), then each
+model's median kernel error by the kernels' measured size, with the ratio calibrated / bundled and calibrated /
 scratch, the machine (and whether it is the corpus's machine model) and
 the load average, and the bundled model against the corpus's own labels
 of the same kernels: its error on its own machine, what calibrate can
@@ -283,6 +286,14 @@ def main():
         print(f"calibrate: budget {budget_s:.0f}s, spent {result['seconds']:.0f}s; "
               f"{result['train']} kernel(s) fitted, {result['held_out']} held out; "
               f"{result['timed']} timed in this run")
+    # calibrate's own held-out programs (corpus programs, none of the test
+    # set's): the figures to choose calibrate's settings by
+    held = (calibrated_model.meta.get("trained") or {}).get("calibrated", {})
+    if held.get("before") and held.get("after"):
+        print(f"calibrate's {len(held.get('held_out_programs') or [])} held-out programs "
+              f"(median program MAPE, tau): base {held['before']['program_mape']:.1f}%, "
+              f"{held['before']['tau']:.3f}; calibrated {held['after']['program_mape']:.1f}%, "
+              f"{held['after']['tau']:.3f}")
     # the same figures on kernels >= 5 us (the paper's threshold, the
     # README's other tables): timing noise weighs most below it
     big = truth >= args.min_us * 1000

@@ -31,6 +31,9 @@
 # figures worse (41.5% against 34.8% at 10%).
 #
 #   sh examples/train_default_model.sh                 # writes tpuperf_cli/data/default.pt
+#   # calibrate's CPU base, tpuperf_cli/data/default-seeds.pt: seeds 0 to 2
+#   # joined (the bundled one holds default.pt's network as seed 0)
+#   SEEDS="0 1 2" OUT=tpuperf_cli/data/default-seeds.pt sh examples/train_default_model.sh
 #   OUT=/tmp/m.pt sh examples/train_default_model.sh   # somewhere else
 #   SPLIT=examples/splits/manual.json OUT=/tmp/m.pt sh examples/train_default_model.sh
 #   GENERATED='examples/corpus/graphs/generated/ops-*.zst' OUT=/tmp/m.pt sh examples/train_default_model.sh

@@ -342,9 +342,12 @@ def test_the_winner_is_fitted_on_other_splits_and_joined_into_one_saved_ensemble
     assert np.allclose(load_model(str(path)).predict_examples(examples), joined, rtol=1e-4)
 
 
-def test_a_base_that_is_an_ensemble_is_fitted_once():
-    """At most 3 networks in all: a base ensemble of 3 gives one fit."""
+def test_a_base_that_is_an_ensemble_fits_each_of_its_networks():
+    """At most 3 networks in all: a base ensemble of 4 seeds gives 3 fits,
+    each from its own network (not 3 copies of one)."""
     import copy
+
+    import torch
 
     from tpuperf_cli.calibrate import adapt
     from tpuperf_cli.model import default_model_path
@@ -356,12 +359,50 @@ def test_a_base_that_is_an_ensemble_is_fitted_once():
     examples = [example(r, i, "measured") for i, r in enumerate(records[:40], 1)]
     for i, ex in enumerate(examples):
         ex.program = f"p{i % 8}"
+        ex.runtime = ex.runtime ** 1.6 / 50.0   # another machine: stretched past what scale fits
     base = build(read_model_file(default_model_path()), default_model_path())
-    base.net = EnsembleNet([copy.deepcopy(base.net) for _ in range(3)])
+    nets = [copy.deepcopy(base.net) for _ in range(4)]
+    for i, net in enumerate(nets):              # four seeds: distinct output biases
+        with torch.no_grad():
+            net.head[-1].bias += 0.1 * i
+    base.net = EnsembleNet(nets)
     result = adapt(base, examples, log=lambda m: None, seconds=30, methods=("finetune",),
                    threads=1)
-    assert result["members"] == 1
-    assert len(result["model"].net.members) == 3
+    assert result["method"] == "finetune" and result["members"] == 3
+    fitted = result["model"].net.members
+    assert len(fitted) == 3
+    # each fit moved little from the network it started from: nearer its
+    # own seed's bias than any other's
+    for i, net in enumerate(fitted):
+        gaps = [float((net.head[-1].bias - n.head[-1].bias).abs().sum()) for n in nets]
+        assert min(range(4), key=gaps.__getitem__) == i
+
+
+def test_the_default_cpu_base_is_the_bundled_model_and_two_more_seeds():
+    """calibrate's base on a CPU: three networks of the bundled model's
+    recipe, the first of them the bundled model's own."""
+    import copy
+
+    import numpy as np
+
+    from tpuperf_cli.calibrate import default_base
+    from tpuperf_cli.model import default_model_path
+    from tpuperf_cli.model.examples import example
+    from tpuperf_cli.model.predict import load_model
+
+    seeds = load_model(default_base("cpu")[0], engine="dgl")
+    bundled = load_model(default_model_path(), engine="dgl")
+    assert len(seeds.net.members) == 3
+    records = [r for r in read_records(str(GRAPHS / "mlp_s_train.zst")) if r.get("runtime_ns")]
+    examples = [example(r, i, "measured") for i, r in enumerate(records[:30], 1)]
+    first = copy.copy(seeds)
+    first.net, first._memo = seeds.net.members[0], {}
+    assert np.allclose(first.predict_examples(examples), bundled.predict_examples(examples),
+                       rtol=1e-4)
+    others = copy.copy(seeds)
+    others.net, others._memo = seeds.net.members[1], {}
+    assert not np.allclose(others.predict_examples(examples), bundled.predict_examples(examples),
+                           rtol=1e-2)
 
 
 def test_join_average_makes_one_network_of_the_fits_mean_weights():
@@ -427,7 +468,7 @@ def test_on_a_gpu_calibrate_starts_from_the_gpu_model_and_corpus():
 
     assert pathlib.Path(default_base("gpu")[0]).name == "gpu-nvidia-h200.pt"
     for backend in ("cpu", "tpu", None):
-        assert pathlib.Path(default_base(backend)[0]).name == "default.pt"
+        assert pathlib.Path(default_base(backend)[0]).name == "default-seeds.pt"
     shards = corpus_shards((), "gpu")
     assert all(pathlib.Path(s).parent == ROOT / "examples/corpus-gpu/kernels" for s in shards)
     assert pathlib.Path(corpus_shards((), "cpu")[0]).parent == GRAPHS

@@ -72,6 +72,25 @@ def test_models_of_other_shapes_do_not_join(trained):
         combine_models([str(paths["s0"])])
 
 
+def test_scalings_join_within_float_rounding_and_not_beyond(trained, tmp_path):
+    """The same data scaled on another CPU differs in the last float32
+    digits: such seeds join; a scaling of other data does not."""
+    d, records, paths = trained
+    saved = torch.load(paths["s1"], weights_only=True)
+    lo = np.asarray(saved["scaling"]["lo"], dtype=np.float64)
+    hi = np.asarray(saved["scaling"]["hi"], dtype=np.float64)
+    for name, new_hi, joins in (("rounded", hi * (1 + 2e-7) + 1e-12, True),
+                                ("other", hi + 0.01 * (hi - lo + 1), False)):
+        changed = dict(saved, scaling=dict(saved["scaling"], hi=new_hi.tolist()))
+        path = tmp_path / f"{name}.pt"
+        torch.save(changed, path)
+        if joins:
+            combine_models([str(paths["s0"]), str(path)])
+        else:
+            with pytest.raises(TpuperfError, match="feature scalings"):
+                combine_models([str(paths["s0"]), str(path)])
+
+
 def test_ensemble_command_writes_a_model_predict_reads(trained, tmp_path):
     d, records, paths = trained
     out = tmp_path / "e.pt"

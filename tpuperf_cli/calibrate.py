@@ -49,18 +49,26 @@ the method with the lowest median per-program MAPE on the validation
 programs wins (the base model competes, so calibrate never makes a model
 worse on them). The winner is then fitted again on other splits of the
 programs while time allows, each stopped on its own validation programs,
-and the members (at most 3 networks in all: one fit of a base that is
-already an ensemble of 3) are joined into one ensemble: their geometric
-mean. On calibrate's held-out programs of three runs on a family 25 model 1
-(2026-11-25), three fits at lr 3e-4 joined had a median program MAPE 1.5
-points below one finetune at 1e-4 refitted on all the kernels (25.0%
-against 26.5%, the runs' mean), which had been no better than the same fit
-on part of them (26.7%). Five fits, each stopped after 10 epochs without a
-better validation error to fit the time, were worse (25.9% and 26.5%
-against 23.8% and 25.6% on two of the runs). With join="average" (--join
-average) the three fits' weights are averaged into one network instead,
-for a single network's predict rate: 25.7% against the ensemble's 24.8%
-in the same three runs, half of what joining gains.
+and the members (at most 3 networks in all) are joined into one ensemble:
+their geometric mean. A base that is already an ensemble of seeds
+(`tpuperf ensemble`; on a CPU the default base, the bundled recipe's seeds
+0 to 2) gives each fit its own network to start from (the method is chosen
+on the first network's fit), so the fits keep the seeds' diversity: from a
+base of three seeds of the manual split's recipe, on a family 25 model 1
+against the Intel Xeon corpus (2026-11-27), calibrate's 16 held-out
+programs went from 40.3% to 21.4%, against 23.7% when the three were
+fitted as one network (the rule before: one fit of a base of 3) and 25.5%
+from seed 0 alone with three fits joined. On calibrate's held-out programs
+of three runs on a family 25 model 1 (2026-11-25), three fits at lr 3e-4
+joined had a median program MAPE 1.5 points below one finetune at 1e-4
+refitted on all the kernels (25.0% against 26.5%, the runs' mean), which
+had been no better than the same fit on part of them (26.7%). Five fits,
+each stopped after 10 epochs without a better validation error to fit the
+time, were worse (25.9% and 26.5% against 23.8% and 25.6% on two of the
+runs). With join="average" (--join average) the three fits' weights are
+averaged into one network instead, for a single network's predict rate:
+25.7% against the ensemble's 24.8% in the same three runs, half of what
+joining gains.
 """
 
 from __future__ import annotations
@@ -163,13 +171,17 @@ def default_corpus(backend: str | None = "cpu") -> str | None:
 def default_base(backend: str | None = "cpu") -> tuple[str, str]:
     """(path, why) of the model calibrate adapts when none is named: the
     bundled model of the backend's platform (the H200's on gpu), else the
-    bundled CPU model."""
-    from tpuperf_cli.model import default_model_path
+    bundled CPU model's seeds 0 to 2 joined (each fit starts from its own
+    seed: adapt), else the bundled CPU model."""
+    from tpuperf_cli.model import DEFAULT_SEEDS_MODEL, default_model_path
     from tpuperf_cli.model.calibrated import bundled_of_platform
 
     near = bundled_of_platform(backend)
     if near:
         return near[0], f"the bundled {backend} model"
+    seeds = default_model_path(DEFAULT_SEEDS_MODEL)
+    if os.path.exists(seeds):
+        return seeds, "the bundled model's seeds 0 to 2"
     return default_model_path(), "the bundled model"
 
 
@@ -620,6 +632,14 @@ def split_groups(examples, fraction, seed):
     return [e for e in examples if e.program not in held], [e for e in examples if e.program in held]
 
 
+def one_network(model, net):
+    """The model with one network (a member of its ensemble) and its scaling."""
+    out = copy.copy(model)
+    out.net = net
+    out._memo, out._memo_bytes = {}, 0
+    return out
+
+
 def ensemble_of(models):
     """One model whose net averages the members' outputs (EnsembleNet):
     they share the scaler (one scale fitted before any was trained). A
@@ -671,14 +691,21 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
         raise TpuperfError(f"unknown way to join the fits {join!r}: expected one of "
                            f"{', '.join(JOINS)}")
     t_end = time.monotonic() + seconds
-    if join == "ensemble":
-        # a base that is already an ensemble (`tpuperf ensemble`) counts its
-        # networks: at most `members` networks in all, for predict's speed
-        members = max(1, members // len(getattr(base.net, "members", [base.net])))
     # one scale for every method and member (2 numbers from every fitted
     # kernel), so that members trained on different splits share the scaler
     fitter = Fitter(base, log, threads)
-    scaled = Fitter(fitter.scale(fitter.copy(), train), log, threads)
+    scaled_base = fitter.scale(fitter.copy(), train)
+    seeds = list(getattr(base.net, "members", []))
+    if join == "ensemble" and len(seeds) > 1:
+        # a base that is already an ensemble (`tpuperf ensemble` of seeds):
+        # each fit starts from its own network, at most `members` of them
+        # (predict's speed), so the fits keep the seeds' diversity
+        starts = [Fitter(one_network(scaled_base, net), log, threads)
+                  for net in scaled_base.net.members[:members]]
+        members = len(starts)
+    else:
+        starts = [Fitter(scaled_base, log, threads)]
+    scaled = starts[0]
     fit, valid = split_groups(train, 0.2, seed)
     scores, models = {}, {}
 
@@ -699,7 +726,7 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
             continue
         t0 = time.monotonic()
         if method == "scale":
-            m = scaled.copy()
+            m = Fitter(scaled_base, log, threads).copy()
         elif method in TRAINED:
             params, lr = TRAINED[method]
             m, epochs_of[method] = scaled.train(scaled.copy(), fit, valid, params, lr,
@@ -732,8 +759,9 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
             if left < 5:
                 break
             m_fit, m_valid = split_groups(train, 0.2, seed + i)
-            m, epoch = scaled.train(scaled.copy(), m_fit, m_valid, params, lr,
-                                    left / (members - i))
+            start = starts[i % len(starts)]
+            m, epoch = start.train(start.copy(), m_fit, m_valid, params, lr,
+                                   left / (members - i))
             joined.append(m)
             log(f"calibrate: {best}: member {i + 1} of {members}: validation program MAPE "
                 f"{program_mape(m, m_valid):.1f}% on its own split, best after {epoch} epoch(s)")

@@ -31,7 +31,8 @@ def parse_budget(ctx, param, text):
                    "--measure-share of it for timing, the rest for adapting.")
 @click.option("--model", "-m", "model", metavar="FILE",
               help="Base model to adapt [default: the bundled model of the backend's platform: "
-                   "gpu-nvidia-h200 with --backend gpu, else the bundled CPU model].")
+                   "gpu-nvidia-h200 with --backend gpu, else default-seeds: the bundled CPU "
+                   "model and two more seeds of its recipe].")
 @click.option("-o", "--output", "out", cls=AliasOption, hidden_aliases=["--out"], metavar="FILE",
               type=click.Path(dir_okay=False),
               help="Write the model here [default: $XDG_DATA_HOME/tpuperf/models/TARGET.pt, "
@@ -122,6 +123,8 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     while time allows, and the fits (at most 3) are joined into one
     ensemble model (--join average: one network of their averaged
     weights, faster to predict with, a little less accurate so far).
+    A base that is an ensemble of seeds (`tpuperf ensemble`, such as the
+    default CPU base) gives each fit its own seed's network to start from.
     benchmarks/bench_calibrate.py compares them.
 
     A base of gradient-boosted trees (`tpuperf train --learner gbdt`, the
@@ -142,7 +145,7 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
 
     \b
     Examples:
-      tpuperf calibrate                       # 10 minutes, the bundled model
+      tpuperf calibrate                       # 10 minutes, the bundled seeds
       tpuperf calibrate --budget 3m -o mine.pt   # (--out also works)
       tpuperf calibrate --backend gpu --budget 20m
       featurize < k.msgpack | predict | score    # now uses this machine's model

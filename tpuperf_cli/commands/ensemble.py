@@ -17,7 +17,8 @@ def cli(models, output, name, quiet):
 
     The models must come from the same training data and options but for
     the seed (or another option that leaves the network's shape alone):
-    the same task, network config, feature scaling and target. Members of
+    the same task, network config, feature scaling (to float32 rounding:
+    the same data scaled on another CPU joins) and target. Members of
     an ensemble given count one by one. predict, eval, score, compare and
     calibrate take the file like any model; each prediction costs the
     members' forward passes. Averaging a few seeds smooths the error one

@@ -39,12 +39,15 @@ MODEL_FORMAT = "tpuperf-model"
 MODEL_VERSION = 3          # the newest file version read: 2 holds `members` (an ensemble), 1 not,
 TREE_MODEL_VERSION = 3     # 3 gradient-boosted trees (model.trees), which older tpuperfs cannot run
 DEFAULT_MODEL = "default.pt"
+# the bundled model's recipe, seeds 0 (default.pt's network) to 2, joined:
+# calibrate's base on a CPU, each fit starting from its own seed
+DEFAULT_SEEDS_MODEL = "default-seeds.pt"
 
 
-def default_model_path() -> str:
-    """The bundled model, shipped in tpuperf_cli/data/."""
+def default_model_path(name: str = DEFAULT_MODEL) -> str:
+    """The bundled model (or another file `name`), shipped in tpuperf_cli/data/."""
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "data", DEFAULT_MODEL)
+                        "data", name)
 
 
 def thread_env(threads: int | None = None) -> int:

@@ -281,7 +281,8 @@ def combine_models(paths: Sequence[str], name: str | None = None) -> dict:
     first_path, first = dicts[0]
     for path, d in dicts[1:]:
         for field in ("task", "config", "scaling", "target"):
-            if d.get(field) != first.get(field):
+            same = _same_numbers if field == "scaling" else (lambda a, b: a == b)
+            if not same(d.get(field), first.get(field)):
                 why = {"config": "network configs", "scaling": "feature scalings (trained on other "
                        "data?)", "target": "targets (measured on other machines)"}.get(field, field + "s")
                 raise TpuperfError(f"model {path}: cannot join {first_path} in an ensemble: their "
@@ -296,6 +297,21 @@ def combine_models(paths: Sequence[str], name: str | None = None) -> dict:
                members=states[1:],
                trained={**(first.get("trained") or {}), "ensemble": _plain(members_info)})
     return out
+
+
+def _same_numbers(a, b, rel=1e-5) -> bool:
+    """Equal, numbers to a relative `rel`: the same training data scaled on
+    another CPU differs in the last float32 digits (a summation order), and
+    such models still join; other data differs by far more."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_numbers(a[k], b[k], rel) for k in a)
+    if isinstance(a, str) or isinstance(b, str) or a is None or b is None:
+        return a == b
+    try:
+        x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    except (TypeError, ValueError):
+        return a == b
+    return x.shape == y.shape and bool(np.allclose(x, y, rtol=rel, atol=1e-9))
 
 
 def _plain(value):
