@@ -32,7 +32,8 @@
 #
 #   sh examples/train_default_model.sh                 # writes tpuperf_cli/data/default.pt
 #   # calibrate's CPU base, tpuperf_cli/data/default-seeds.pt: seeds 0 to 2
-#   # joined (the bundled one holds default.pt's network as seed 0)
+#   # joined (the bundled one holds default.pt's network as seed 0, which
+#   # tests/test_calibrate.py checks: a new default.pt needs a new one)
 #   SEEDS="0 1 2" OUT=tpuperf_cli/data/default-seeds.pt sh examples/train_default_model.sh
 #   OUT=/tmp/m.pt sh examples/train_default_model.sh   # somewhere else
 #   SPLIT=examples/splits/manual.json OUT=/tmp/m.pt sh examples/train_default_model.sh
