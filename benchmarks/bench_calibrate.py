@@ -35,8 +35,8 @@ threshold, and the README's other tables': below it timing noise weighs
 most; --min-us) and the whole-program error (median over test programs of
 |sum of predictions - sum of labels| / sum of labels, each kernel counted
 as often as its program runs it, over the kernels timed), then each
-model's median kernel error by the kernels' measured size, with the ratio calibrated / bundled and calibrated /
-scratch, the machine (and whether it is the corpus's machine model) and
+model's median kernel error by the kernels' measured size, with the ratio
+calibrated / bundled and calibrated / scratch, the machine (and whether it is the corpus's machine model) and
 the load average, and the bundled model against the corpus's own labels
 of the same kernels: its error on its own machine, what calibrate can
 hope to reach. The issue's goal: on a CPU that is not the corpus's, with
@@ -84,6 +84,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 BIG_NS = 5000.0     # the paper's threshold for the second set of columns
 sys.path.insert(0, str(ROOT))
+
+
+def calibrated_meta(model) -> dict:
+    """What calibrate recorded in the model file it wrote (method, fits,
+    its held-out figures before and after); empty for another model."""
+    return (model.meta.get("trained") or {}).get("calibrated", {})
 
 
 def main():
@@ -215,7 +221,7 @@ def main():
     # 2. calibrate, its budget all included, the test programs left out
     if args.calibrated:
         calibrated_model = load_model(args.calibrated)
-        meta = (calibrated_model.meta.get("trained") or {}).get("calibrated", {})
+        meta = calibrated_meta(calibrated_model)
         result = {"method": meta.get("method", "?"), "members": meta.get("members", 1),
                   "models": {}}
         args.join = meta.get("join", args.join)
@@ -288,7 +294,7 @@ def main():
               f"{result['timed']} timed in this run")
     # calibrate's own held-out programs (corpus programs, none of the test
     # set's): the figures to choose calibrate's settings by
-    held = (calibrated_model.meta.get("trained") or {}).get("calibrated", {})
+    held = calibrated_meta(calibrated_model)
     if held.get("before") and held.get("after"):
         print(f"calibrate's {len(held.get('held_out_programs') or [])} held-out programs "
               f"(median program MAPE, tau): base {held['before']['program_mape']:.1f}%, "
@@ -314,11 +320,12 @@ def main():
             i = fp_index.get(record.get("fingerprint"))
             if record.get("type") == "graph" and i is not None:
                 uses.setdefault(str(record.get("program")), []).append((i, record.get("count", 1)))
+    uses = {prog: (np.array([i for i, _ in u]), np.array([n for _, n in u], np.float64))
+            for prog, u in uses.items()}     # program -> (indices into pairs, counts)
 
     def program_error(pred, labels=truth):
         pred = np.asarray(pred, np.float64)
-        per = [metrics.program_error(pred[[i for i, _ in u]], labels[[i for i, _ in u]],
-                                     [n for _, n in u]) for u in uses.values()]
+        per = [metrics.program_error(pred[idx], labels[idx], counts) for idx, counts in uses.values()]
         return float(np.median(per)) if per else math.nan
 
     for name, pred in preds.items():

@@ -694,17 +694,16 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
     # one scale for every method and member (2 numbers from every fitted
     # kernel), so that members trained on different splits share the scaler
     fitter = Fitter(base, log, threads)
-    scaled_base = fitter.scale(fitter.copy(), train)
-    seeds = list(getattr(base.net, "members", []))
+    whole = Fitter(fitter.scale(fitter.copy(), train), log, threads)
+    seeds = list(getattr(whole.base.net, "members", []))
     if join == "ensemble" and len(seeds) > 1:
         # a base that is already an ensemble (`tpuperf ensemble` of seeds):
         # each fit starts from its own network, at most `members` of them
         # (predict's speed), so the fits keep the seeds' diversity
-        starts = [Fitter(one_network(scaled_base, net), log, threads)
-                  for net in scaled_base.net.members[:members]]
+        starts = [Fitter(one_network(whole.base, net), log, threads) for net in seeds[:members]]
         members = len(starts)
     else:
-        starts = [Fitter(scaled_base, log, threads)]
+        starts = [whole]
     scaled = starts[0]
     fit, valid = split_groups(train, 0.2, seed)
     scores, models = {}, {}
@@ -726,7 +725,7 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
             continue
         t0 = time.monotonic()
         if method == "scale":
-            m = Fitter(scaled_base, log, threads).copy()
+            m = whole.copy()
         elif method in TRAINED:
             params, lr = TRAINED[method]
             m, epochs_of[method] = scaled.train(scaled.copy(), fit, valid, params, lr,
