@@ -13,6 +13,7 @@ import pytest
 
 from tpuperf_cli.calibrate import Candidate, hold_out, order
 from tpuperf_cli.commands.calibrate import parse_budget
+from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.records import target_identity
 from tpuperf_cli.stream import read_records
 
@@ -342,9 +343,11 @@ def test_the_winner_is_fitted_on_other_splits_and_joined_into_one_saved_ensemble
     assert np.allclose(load_model(str(path)).predict_examples(examples), joined, rtol=1e-4)
 
 
-def test_a_base_that_is_an_ensemble_fits_each_of_its_networks():
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_base_that_is_an_ensemble_fits_each_of_its_networks(jobs):
     """At most 3 networks in all: a base ensemble of 4 seeds gives 3 fits,
-    each from its own network (not 3 copies of one)."""
+    each from its own network (not 3 copies of one), whether the fits run
+    one after another or side by side in child processes."""
     import copy
 
     import torch
@@ -367,7 +370,7 @@ def test_a_base_that_is_an_ensemble_fits_each_of_its_networks():
             net.head[-1].bias += 0.1 * i
     base.net = EnsembleNet(nets)
     result = adapt(base, examples, log=lambda m: None, seconds=30, methods=("finetune",),
-                   threads=1)
+                   threads=1, jobs=jobs)
     assert result["method"] == "finetune" and result["members"] == 3
     fitted = result["model"].net.members
     assert len(fitted) == 3
@@ -376,6 +379,38 @@ def test_a_base_that_is_an_ensemble_fits_each_of_its_networks():
     for i, net in enumerate(fitted):
         gaps = [float((net.head[-1].bias - n.head[-1].bias).abs().sum()) for n in nets]
         assert min(range(4), key=gaps.__getitem__) == i
+
+
+def test_side_by_side_runs_tasks_in_child_processes_and_keeps_their_order():
+    import os
+
+    from tpuperf_cli.calibrate import side_by_side
+
+    pids = side_by_side([lambda i=i: (i, os.getpid()) for i in range(3)], jobs=2)
+    assert [i for i, _ in pids] == [0, 1, 2]
+    assert os.getpid() not in {pid for _, pid in pids}
+    # one job: in this process, one after another
+    assert side_by_side([os.getpid, os.getpid], jobs=1) == [os.getpid()] * 2
+
+
+def test_a_fit_that_fails_in_its_process_is_one_error_naming_it():
+    from tpuperf_cli.calibrate import side_by_side
+
+    def bad():
+        raise ValueError("weights of the wrong shape")
+
+    with pytest.raises(TpuperfError, match="a fit failed: ValueError: weights of the wrong shape"):
+        side_by_side([lambda: 1, bad], jobs=2)
+
+
+def test_fit_jobs_default_to_two_and_follow_threads_and_the_environment(monkeypatch):
+    from tpuperf_cli.calibrate import fit_jobs
+
+    monkeypatch.delenv("TPUPERF_THREADS", raising=False)
+    assert fit_jobs() == min(2, len(os.sched_getaffinity(0)))
+    assert fit_jobs(3) == 3
+    monkeypatch.setenv("TPUPERF_THREADS", "1")
+    assert fit_jobs() == 1
 
 
 def test_the_default_cpu_base_is_the_bundled_model_and_two_more_seeds():

@@ -82,7 +82,10 @@ def parse_budget(ctx, param, text):
                    "network's rate) or one network of their averaged weights (a single "
                    "network's speed).")
 @click.option("--threads", type=click.IntRange(0), default=0,
-              help="Threads for training (default: min(2, cores) or $TPUPERF_THREADS).")
+              help="Fits to run side by side while adapting, each in its own process on one "
+                   "thread (one thread trains these small networks faster than two) [default: "
+                   "$TPUPERF_THREADS, else min(2, CPUs)]; 1 fits one after another in this "
+                   "process.")
 @quiet_option(help="No progress on stderr (the held-out figures are still printed).")
 def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compile_jobs,
         measure_share, holdout, more, max_kernels, methods, join, threads, quiet):
@@ -122,7 +125,9 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     median per-program MAPE. The winner is fitted again on other splits
     while time allows, and the fits (at most 3) are joined into one
     ensemble model (--join average: one network of their averaged
-    weights, faster to predict with, a little less accurate so far).
+    weights, faster to predict with, a little less accurate so far). The
+    fits run side by side, each in its own process on one thread
+    (--threads of them): the methods together, then the further fits.
     A base that is an ensemble of seeds (`tpuperf ensemble`, such as the
     default CPU base) gives each fit its own seed's network to start from.
     benchmarks/bench_calibrate.py compares them.
