@@ -75,8 +75,11 @@ each, `jobs` at a time (--threads; default min(2, CPUs)): the trained
 methods together, each for the whole first window, then the further fits
 together. On these small networks and batches one thread trains faster
 than two (an epoch of 3,400 kernels: 2.4 s against 3.9 s on a 2-core AMD
-EPYC family 25 model 1), so on 2 cores each fit gets about three times
-the epochs it got one after another on both threads.
+EPYC family 25 model 1), so on 2 cores the fits run until their patience
+stops them rather than the clock, and a 10-minute run ends 1.3 to 2
+minutes early. In four runs from the base of seeds above (2026-11-28) the
+accuracy tied with the fits one after another: held out 21.6% and test
+22.3% over two runs, against 20.9% and 22.8% (HISTORY.md).
 """
 
 from __future__ import annotations
@@ -622,7 +625,8 @@ def side_by_side(tasks, jobs: int) -> list:
     two (about 2.4 s against 3.9 s an epoch of 3,400 kernels on a 2-core
     AMD EPYC), so two fits side by side, one thread each, do about three
     times the epochs of one fit on both cores. Forked, the children share
-    the parent's kernels and models without copying them.
+    the parent's kernels and models without copying them; the parent sets
+    one thread before torch loads, so no thread pool is forked.
 
     Raises TpuperfError when a child fails; Ctrl-C stops every child."""
     import multiprocessing
