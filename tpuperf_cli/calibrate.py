@@ -670,9 +670,13 @@ def _child(task, writer):
     # traceback from each of them
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        writer.send((True, task()))
-    except Exception as e:      # noqa: BLE001 (sent to the parent, which names it)
-        writer.send((False, f"{type(e).__name__}: {e}"))
+        try:
+            result = (True, task())
+        except Exception as e:      # noqa: BLE001 (sent to the parent, which names it)
+            result = (False, f"{type(e).__name__}: {e}")
+        writer.send(result)
+    except OSError:
+        pass                        # the parent is gone (killed): nobody to tell
     finally:
         writer.close()
 
@@ -833,6 +837,8 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
                 log(f"calibrate: no time left to try {', '.join(together)}")
                 continue
             t0 = time.monotonic()
+            log(f"calibrate: fitting {' and '.join(together)} side by side, "
+                f"{clock_text(window)} at most")
             outs = side_by_side([fit_task(scaled, fit, valid, *TRAINED[m], window)
                                  for m in together], jobs)
             for m, (state, epoch, err) in zip(together, outs):
@@ -883,6 +889,8 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
         if jobs > 1 and rest:
             window = (t_end - time.monotonic()) / math.ceil(len(rest) / jobs)
             if window >= 5:
+                log(f"calibrate: {best}: fitting {len(rest)} more on other splits side by side, "
+                    f"{clock_text(window)} at most")
                 for i, out in zip(rest, side_by_side([member_task(i, window) for i in rest], jobs)):
                     add(i, *out)
         else:
