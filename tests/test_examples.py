@@ -454,6 +454,31 @@ def test_noise_figures_of_another_machine_or_method_are_not_recorded(tmp_path):
         bc.noise_report(str(path), None, here)
 
 
+def test_bench_conv_channels_writes_each_convolution_with_every_channel_count():
+    """The variants the benchmark times: WaveNet's 1-D convolutions with
+    other channel counts, in and out alike, each a module that parses with
+    the shapes asked for."""
+    import importlib.util
+
+    from tpuperf_cli.hlo.parser import parse_module
+    from tpuperf_cli.stream import read_records
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_conv_channels", EX.parent / "benchmarks" / "bench_conv_channels.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    records = read_records(str(EX / "corpus" / "graphs" / "wavenet_m_train.zst"))
+    rows = bench.variants(records, [47, 48, 64], limit=2)
+    assert [(i, c) for i, _, c, _ in rows] == [(0, 47), (0, 48), (0, 64), (1, 47), (1, 48), (1, 64)]
+    for _, own, c, rec in rows:
+        assert own == 48
+        m = parse_module(rec["hlo"], "hlo")
+        conv = m.entry.root
+        lhs, rhs = (m.entry.by_name[o].shape for o in conv.operands)
+        assert conv.opcode == "convolution"
+        assert lhs.dims[-1] == rhs.dims[1] == rhs.dims[2] == conv.shape.dims[-1] == c
+
+
 def test_bench_accuracy_warns_only_for_generated_sources_the_corpus_holds(tmp_path, capsys):
     """A split's train list names every source ("indexed:*"...); the
     benchmark says to featurize only where that source's kernel chunks
