@@ -338,6 +338,33 @@ def test_heavy_windows_are_dilated_like_a_frameworks():
     assert causal, "a causal dilated window (WaveNet's form) is among them"
 
 
+def test_heavy_draws_round_channel_counts_half_the_time():
+    """Models use round channel counts, which XLA:CPU's convolutions run
+    faster: heavy draws them for about half its convolutions, where a
+    log-uniform draw gives a multiple of 8 about one time in twenty."""
+    g = ops._Gen(random.Random(0))
+    texts = [heavy.DRAWS["convolution"][0](g)[1] for _ in range(400)]
+    round_in = 0
+    for t in texts:
+        labels = re.search(r"dim_labels=(\w+)_", t).group(1)
+        lhs = re.search(r"\(p0: f32\[([0-9,]+)\]", t).group(1).split(",")
+        cin = int(lhs[labels.index("f")])
+        round_in += cin % 8 == 0
+    assert 0.4 <= round_in / len(texts) <= 0.65
+
+
+def test_a_space_without_round_counts_draws_as_before():
+    """round_p 0 (ops' space) takes no random number for it: the same
+    seed gives the same channel counts with or without the field set."""
+    plain, explicit = ops.ConvSpace(), ops.ConvSpace(round_p=0.0)
+    a, b = ops._Gen(random.Random(3)), ops._Gen(random.Random(3))
+    assert [ops._channels(a, plain) for _ in range(50)] == [ops._channels(b, explicit) for _ in range(50)]
+    rounded = ops.ConvSpace(round_p=1.0, min_features=8, features=512)
+    g = ops._Gen(random.Random(3))
+    counts = [ops._channels(g, rounded) for _ in range(200)]
+    assert all(8 <= c <= 512 and (c % 8 == 0 or c & (c - 1) == 0) for c in counts)
+
+
 # ---------------------------------------------------------------- indexed
 
 def test_indexed_records_are_gathers_and_scatters_of_many_small_slices():

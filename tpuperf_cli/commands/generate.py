@@ -66,9 +66,10 @@ candidate each):
            when every point of the grid is built. Records: program
            sweeps:..., origin the example program.
   heavy    large f32 convolutions (1-D and 2-D) and dots, 3e6 to 2e9
-           flops, beyond ops' cap: up to 512 features, windows dilated up
-           to 512 with the pads frameworks write (none, same, causal), and
-           filter gradients' whole-input windows; compiled by XLA:CPU first,
+           flops, beyond ops' cap: up to 512 features (round counts, as
+           models', for half the convolutions), windows dilated up to 512
+           with the pads frameworks write (none, same, causal), and filter
+           gradients' whole-input windows; compiled by XLA:CPU first,
            as ops' are. Draws from no programs and never ends. Records:
            program heavy:convolution or heavy:dot.
   indexed  gathers and scatters of many small slices, as GNN message

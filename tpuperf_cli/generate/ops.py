@@ -817,6 +817,9 @@ class ConvSpace:
     naive_flops: float = 2e6
     tries: int = 50
     fall_back: bool = True
+    # the share of draws whose channel counts (features in, out) are round,
+    # as a model's are: a multiple of 8, 16 or 32, or a power of two
+    round_p: float = 0.0
 
 
 def _dot(g: _Gen, space: DotSpace = DotSpace()):
@@ -872,6 +875,20 @@ def _dot(g: _Gen, space: DotSpace = DotSpace()):
     return "dot", op.text(g.shape(out_dt, out), "dot", [lhs, rhs], ", ".join(attrs))
 
 
+def _channels(g: _Gen, space: ConvSpace) -> int:
+    """A channel count of the space: log-uniform, and round (to a multiple
+    of 8, 16 or 32, or a power of two) space.round_p of the time. Odd
+    counts cost XLA:CPU's convolutions up to 1.5x a multiply-add
+    (benchmarks/bench_conv_channels.py); a space without round_p draws
+    exactly as before it existed."""
+    c = g.logint(space.min_features, space.features)
+    if space.round_p and g.rand() < space.round_p:
+        step = g.choice((8, 16, 32, 0))
+        c = 1 << round(math.log2(c)) if step == 0 else max(step, round(c / step) * step)
+        c = min(max(c, space.min_features), space.features)
+    return c
+
+
 def _convolution(g: _Gen, space: ConvSpace = ConvSpace()):
     nsp = g.choice(space.spatial_ranks)
     dt = g.choice(space.dtypes)
@@ -880,13 +897,12 @@ def _convolution(g: _Gen, space: ConvSpace = ConvSpace()):
         groups = g.choice(space.groups)
         bgroups = g.choice(space.batch_groups) if groups == 1 else 1
         n = g.logint(1, space.batch) * bgroups
-        cin = g.logint(space.min_features, space.features)
+        cin = _channels(g, space)
         if groups == "depthwise":
             groups = cin
         else:
             cin = max(groups, (cin // groups) * groups)
-        cout = max(1, g.logint(space.min_features, space.features) // (groups * bgroups)) \
-            * groups * bgroups
+        cout = max(1, _channels(g, space) // (groups * bgroups)) * groups * bgroups
         spatial = g.dims(nsp, space.spatial[nsp], min_elems=1)
         attr, out, taps = _window(g, spatial, lhs_dilations=space.lhs_dilations,
                                   rhs_dilations=space.rhs_dilations, sizes=space.window_sizes,
