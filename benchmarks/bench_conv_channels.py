@@ -100,12 +100,11 @@ def main():
     timed = list(read_records(io.BytesIO(p.stdout)))
     target = timed[0].get("target", {}) if timed else {}
     per = {}                                # convolution -> {channels: ns per c^2}
-    windows = {}
+    own = {}                                # convolution -> (its channels, its window)
     for (i, c0, c, rec), out in zip(rows, timed):
+        own[i] = (c0, re.search(r"window=\{([^}]*)\}", root_line(rec["hlo"])).group(1))
         if "runtime_ns" in out:
             per.setdefault(i, {})[c] = out["runtime_ns"] / c ** 2
-            windows[i] = (c0, re.search(r"window=\{([^}]*)\}", root_line(rec["hlo"])).group(1),
-                          out["runtime_ns"] if c == c0 else windows.get(i, (0, 0, 0))[2])
     cpu = target.get("cpu") or {}
     print(f"machine: {target.get('chip')} (family {cpu.get('family')}, model {cpu.get('model')}); "
           f"{args.program}: {len(per)} convolution(s), each with {len(channels)} channel counts")
@@ -113,13 +112,14 @@ def main():
     print(f"{'window':32s} " + " ".join(f"{c:>6d}" for c in channels) + "   own runtime")
     figures = []
     for i, row in per.items():
-        c0, window, own = windows[i]
+        c0, window = own[i]
         if c0 not in row:
             continue
+        own_ns = row[c0] * c0 ** 2
         ratios = {c: row[c] / row[c0] for c in channels if c in row}
-        figures.append({"window": window, "channels": c0, "own_ns": own, "ratios": ratios})
+        figures.append({"window": window, "channels": c0, "own_ns": own_ns, "ratios": ratios})
         print(f"{window:32s} " + " ".join(f"{ratios.get(c, float('nan')):6.2f}" for c in channels)
-              + f"   {own / 1e3:.0f} us ({c0} channels)")
+              + f"   {own_ns / 1e3:.0f} us ({c0} channels)")
     if args.json:
         Path(args.json).write_text(json.dumps({"target": target, "program": args.program,
                                                "figures": figures}, indent=1))

@@ -724,10 +724,7 @@ def ensemble_of(models):
     from tpuperf_cli.model.net import EnsembleNet
 
     nets = [n for m in models for n in (m.net.members if hasattr(m.net, "members") else [m.net])]
-    out = copy.copy(models[0])
-    out.net = nets[0] if len(nets) == 1 else EnsembleNet(nets)
-    out._memo, out._memo_bytes = {}, 0
-    return out
+    return one_network(models[0], nets[0] if len(nets) == 1 else EnsembleNet(nets))
 
 
 def average_of(models):
@@ -737,11 +734,9 @@ def average_of(models):
     import torch
 
     states = [m.net.state_dict() for m in models]
-    out = copy.copy(models[0])
-    out.net = copy.deepcopy(models[0].net)
+    out = one_network(models[0], copy.deepcopy(models[0].net))
     out.net.load_state_dict({k: torch.stack([s[k].float() for s in states]).mean(0).to(v.dtype)
                              for k, v in states[0].items()})
-    out._memo, out._memo_bytes = {}, 0
     return out
 
 
@@ -770,9 +765,8 @@ def with_state(start, state):
     """A copy of `start`'s model (a Fitter's) with the weights fit_task returned."""
     import torch
 
-    m = start.copy()
+    m = start.copy()            # its memo empty: nothing predicted with the old weights
     m.net.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-    m._memo.clear()
     return m
 
 
@@ -911,14 +905,12 @@ def fit_jobs(threads: int | None = None) -> int:
     $TPUPERF_THREADS, else min(2, the CPUs this process may use)."""
     if threads:
         return max(1, int(threads))
+    from tpuperf_cli.measure.target import usable_cpus
+
     env = os.environ.get("TPUPERF_THREADS")
     if env and env.isdigit() and int(env) > 0:
         return int(env)
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:          # not on Linux
-        cpus = os.cpu_count() or 1
-    return min(2, cpus)
+    return min(2, usable_cpus() or 1)
 
 
 def calibrate(opts: Options, log) -> dict:
