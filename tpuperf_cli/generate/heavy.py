@@ -23,8 +23,10 @@ round channel counts (multiples of 8, 16 or 32, or powers of two), as
 models do: odd counts cost XLA:CPU up to 1.5x a multiply-add
 (benchmarks/bench_conv_channels.py), and the committed corpus's 12,000,
 drawn log-uniformly before 2026-11-28, hold 2% with both counts a
-multiple of 8, so the bundled model predicts WaveNet's 48-channel
-convolutions 1.5x too slow (README, "Where the error is"). Only the Eigen path's forms
+multiple of 8. (Added to mend WaveNet's 48-channel convolutions, which
+the manual split's model predicts 1.5x too slow; measured on one
+machine they turned out not to be the cause, the mix of sources was:
+README, "Where the error is".) Only the Eigen path's forms
 (f32; 1-D or 2-D convolutions without groups or lhs dilation; dots with at
 most one batch dim): XLA:CPU runs the others through a naive loop nest two
 orders of magnitude slower, seconds a run at these sizes. Compiled by
