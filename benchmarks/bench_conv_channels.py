@@ -13,8 +13,9 @@ channels, so on a machine indifferent to them every ratio is 1.
 Why: with families held out, the bundled recipe predicts WaveNet's
 convolutions 1.5x too slow, though its training data holds 5,329 1-D
 convolutions of the same forms; `heavy` draws their channel counts
-log-uniformly, so 2% of them have both a multiple of 8 (README, "Where
-the error is").
+log-uniformly, so 2% of them have both a multiple of 8. Measured on one
+machine (2026-11-28), round counts in `heavy` did not mend it; the mix of
+generated sources did (README, "Where the error is").
 
     .venv/bin/python benchmarks/bench_conv_channels.py
     .venv/bin/python benchmarks/bench_conv_channels.py --channels 32,31,33,40 --limit 3
