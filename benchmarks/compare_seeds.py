@@ -47,8 +47,13 @@ def parse_candidate(text):
     return name, models
 
 
-def figures(records, pred, min_ns):
+def figures(records, pred, min_ns, kinds=()):
     med, _ = metrics.summarize(bench_accuracy.per_program(records, pred, min_ns), FIELDS)
+    true = np.asarray([r["runtime_ns"] for r in records], dtype=np.float64)
+    ape = 100 * np.abs(pred - true) / true
+    for kind in kinds:
+        idx = [i for i, r in enumerate(records) if bench_accuracy.kind_of(r) == kind]
+        med[kind] = float(np.median(ape[idx]))
     return med
 
 
@@ -61,6 +66,9 @@ def main():
     ap.add_argument("--corpus", default=os.path.join(bench_accuracy.ROOT, "examples/corpus/graphs"))
     ap.add_argument("--set", default="valid", help="which program list of the split (default valid)")
     ap.add_argument("--min-us", type=float, default=5.0)
+    ap.add_argument("--kind", action="append", default=[], metavar="KIND",
+                    help="also the median APE of this kind's kernels (every size): an opcode "
+                         "or fusion:kLoop...; repeatable")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
     candidates = [parse_candidate(c) for c in args.candidates]
@@ -71,6 +79,11 @@ def main():
     split = json.load(open(args.split))
     records = bench_accuracy.load(args.corpus, split[args.set])
     examples = [example(r, i) for i, r in enumerate(records, 1)]
+    counts = {k: sum(bench_accuracy.kind_of(r) == k for r in records) for k in args.kind}
+    missing = [k for k, n in counts.items() if not n]
+    if missing:
+        sys.exit(f"compare_seeds: --kind {', '.join(missing)}: no such kernels in the "
+                 f"'{args.set}' programs")
     min_ns = args.min_us * 1000
     out = {}
     for name, paths in candidates:
@@ -78,13 +91,14 @@ def main():
         for path in paths:
             print(f"compare_seeds: {name}: {path}", file=sys.stderr)
             preds.append(np.asarray(load_model(path).predict_examples(examples), dtype=np.float64))
-            runs.append(figures(records, preds[-1], min_ns))
-        joined = figures(records, np.exp(np.mean(np.log(preds), axis=0)), min_ns)
+            runs.append(figures(records, preds[-1], min_ns, args.kind))
+        joined = figures(records, np.exp(np.mean(np.log(preds), axis=0)), min_ns, args.kind)
         out[name] = {"models": paths, "runs": runs, "joined": joined}
 
     ref = candidates[0][0]
+    fields = FIELDS + tuple(args.kind)
     for name, c in out.items():
-        for f in FIELDS:
+        for f in fields:
             vals = np.asarray([r[f] for r in c["runs"]])
             c[f"{f}_mean"], c[f"{f}_sd"] = float(vals.mean()), float(vals.std(ddof=1)) \
                 if len(vals) > 1 else 0.0
@@ -104,7 +118,9 @@ def main():
     runs = max(len(c["runs"]) for c in out.values())
     print(f"{'':{width}s}" + "".join(f"{'run ' + str(i):>8s}" for i in range(runs))
           + f"{'mean':>8s}{'sd':>7s}{'vs ' + ref:>{max(12, len(ref) + 6)}s}{'joined':>9s}")
-    for f, label in zip(FIELDS, ("MAPE", "tau", "prog.err")):
+    labels = ("MAPE", "tau", "prog.err") + tuple(f"{k} APE ({counts[k]} kernels, every size)"
+                                                 for k in args.kind)
+    for f, label in zip(fields, labels):
         print(label)
         for name, c in out.items():
             cells = "".join(f"{r[f]:8.3f}" if f == "tau" else f"{r[f]:7.1f}%" for r in c["runs"])

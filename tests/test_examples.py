@@ -524,6 +524,25 @@ def test_compare_seeds_pairs_runs_seed_for_seed(tmp_path):
     assert p.returncode == 1 and "no such model file: nothing.pt" in p.stderr
     assert "Traceback" not in p.stderr
 
+    # --kind: the median APE of that kind's kernels of every size, worked out here again
+    p = subprocess.run([sys.executable, script, "--split", str(split), "--json", "--kind", "dot",
+                        f"a={model}"], capture_output=True, text=True, check=True)
+    got = json.loads(p.stdout)["candidates"]["a"]["runs"][0]["dot"]
+    sys.path.insert(0, str(EX.parent / "benchmarks"))
+    import bench_accuracy
+    import numpy as np
+
+    from tpuperf_cli.model.examples import example
+    from tpuperf_cli.model.predict import load_model
+    records = bench_accuracy.load(str(EX / "corpus" / "graphs"), ["autoenc_s_train"])
+    dots = [r for r in records if r.get("opcode") == "dot"]
+    pred = load_model(model).predict_examples([example(r, i) for i, r in enumerate(dots, 1)])
+    want = np.median([100 * abs(q - r["runtime_ns"]) / r["runtime_ns"] for q, r in zip(pred, dots)])
+    assert len(dots) > 2 and got == pytest.approx(want, rel=1e-4)  # float32, batched otherwise
+    p = subprocess.run([sys.executable, script, "--split", str(split), "--kind", "nosuch",
+                        f"a={model}"], capture_output=True, text=True)
+    assert p.returncode == 1 and "--kind nosuch: no such kernels" in p.stderr
+
 
 def test_train_default_model_trains_teachers_then_distils(tmp_path):
     """The script's steps, with a stand-in for python that logs each call:
