@@ -587,3 +587,26 @@ def test_train_default_model_trains_teachers_then_distils(tmp_path):
     assert res.returncode == 0, res.stderr
     calls = log.read_text()
     assert calls.count("tpuperf_cli train") == 1 and "--teacher" not in calls and "ensemble" not in calls
+
+
+def test_conv_lookalikes_counts_multiply_adds_per_feature_group():
+    """benchmarks/bench_conv_lookalikes.py: a convolution's form and
+    multiply-adds (output elements x window taps x input features per
+    group), a depthwise one marked grouped; other kernels have none."""
+    sys.path.insert(0, str(EX.parent / "benchmarks"))
+    import bench_conv_lookalikes
+
+    plain = ("HloModule m\n\nENTRY %main (a: f32[8,16,4], b: f32[2,4,6]) -> f32[8,16,6] {\n"
+             "  %a = f32[8,16,4]{2,1,0} parameter(0)\n  %b = f32[2,4,6]{2,1,0} parameter(1)\n"
+             "  ROOT %c = f32[8,16,6]{2,1,0} convolution(%a, %b), "
+             "window={size=2 pad=1_0 rhs_dilate=2}, dim_labels=b0f_0io->b0f\n}\n")
+    depthwise = ("HloModule m\n\nENTRY %main (a: f32[1,8,8,4], b: f32[3,3,1,4]) -> f32[1,8,8,4] {\n"
+                 "  %a = f32[1,8,8,4]{3,2,1,0} parameter(0)\n"
+                 "  %b = f32[3,3,1,4]{3,2,1,0} parameter(1)\n"
+                 "  ROOT %c = f32[1,8,8,4]{3,2,1,0} convolution(%a, %b), "
+                 "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, "
+                 "feature_group_count=4\n}\n")
+    form = bench_conv_lookalikes.conv_form
+    assert form({"opcode": "convolution", "hlo": plain}) == (1, "2", "f32", False, 8 * 16 * 6 * 2 * 4, 4)
+    assert form({"opcode": "convolution", "hlo": depthwise}) == (2, "3x3", "f32", True, 64 * 4 * 9, 1)
+    assert form({"opcode": "dot", "hlo": plain}) is None
