@@ -6,7 +6,8 @@ For every unfused convolution of --programs (default WaveNet's) and of the
 corpus's generated kernels: its spatial rank, window size, element type,
 multiply-adds (output elements x window taps x input features per group)
 and its label's picoseconds per multiply-add. The program's convolutions
-are grouped by (rank, window, type, feature groups or not); a group's
+are grouped by (rank, window, type, feature groups or not; a window that
+spans the whole input, a filter gradient's, counts as one size); a group's
 look-alikes are the generated convolutions of that form whose multiply-adds
 lie in the group's range. Each group prints its median ps per
 multiply-add beside its look-alikes' (all of them, and those whose input
@@ -42,9 +43,10 @@ WINDOW_SIZE = re.compile(r"size=([\dx]+)")
 
 def conv_form(r):
     """(spatial rank, window size, element type, grouped, multiply-adds, input
-    features per group) of an unfused convolution record, or None. grouped:
-    feature_group_count > 1 (a depthwise convolution runs far slower per
-    multiply-add on a CPU)."""
+    features per group) of an unfused convolution record, or None. The
+    window size is "whole" where it spans the whole input (a filter
+    gradient); grouped: feature_group_count > 1 (a depthwise convolution
+    runs far slower per multiply-add on a CPU)."""
     from tpuperf_cli.hlo.parser import parse_module
 
     if r.get("opcode") != "convolution":
@@ -54,15 +56,20 @@ def conv_form(r):
     labels = conv.attrs.get("dim_labels", "")
     if conv.opcode != "convolution" or "->" not in labels:
         return None
-    rhs_labels = labels.split("_")[1].split("->")[0]
-    rhs = comp.by_name[conv.operands[1]].shape
+    lhs_labels, rhs_labels = labels.split("_")[0], labels.split("_")[1].split("->")[0]
+    lhs, rhs = (comp.by_name[o].shape for o in conv.operands)
     taps = int(np.prod([d for d, c in zip(rhs.dims, rhs_labels) if c.isdigit()]))
     cin = rhs.dims[rhs_labels.index("i")]
     macs = conv.shape.num_elements() * taps * cin
     size = WINDOW_SIZE.search(conv.attrs.get("window", ""))
+    size = size.group(1) if size else "1"
+    spatial = [d for d, c in zip(lhs.dims, lhs_labels) if c.isdigit()]
+    window = [int(w) for w in size.split("x")]
+    if np.prod(window) > 1 and all(w >= d for w, d in zip(window, spatial)):
+        size = "whole"
     rank = sum(c.isdigit() for c in rhs_labels)
     grouped = int(conv.attrs.get("feature_group_count", "1")) > 1
-    return rank, size.group(1) if size else "1", conv.shape.element_type, grouped, macs, cin
+    return rank, size, conv.shape.element_type, grouped, macs, cin
 
 
 def convolutions(records):
