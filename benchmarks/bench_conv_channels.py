@@ -14,8 +14,10 @@ Why: with families held out, the bundled recipe predicts WaveNet's
 convolutions 1.5x too slow, though its training data holds 5,329 1-D
 convolutions of the same forms; `heavy` draws their channel counts
 log-uniformly, so 2% of them have both a multiple of 8. Measured on one
-machine (2026-11-28), round counts in `heavy` did not mend it; the mix of
-generated sources did (README, "Where the error is").
+machine (2026-11-28), a model of `heavy` alone had them right with or
+without round counts; the full recipe with them is untested, and over
+seeds no mix of generated sources tried mends it (README, "Where the
+error is").
 
     .venv/bin/python benchmarks/bench_conv_channels.py
     .venv/bin/python benchmarks/bench_conv_channels.py --channels 32,31,33,40 --limit 3

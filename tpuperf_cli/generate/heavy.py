@@ -24,8 +24,9 @@ models do: odd counts cost XLA:CPU up to 1.5x a multiply-add
 (benchmarks/bench_conv_channels.py), and the committed corpus's 12,000,
 drawn log-uniformly before 2026-11-28, hold 2% with both counts a
 multiple of 8. (Added to mend WaveNet's 48-channel convolutions, which
-the manual split's model predicts 1.5x too slow; measured on one
-machine they turned out not to be the cause, the mix of sources was:
+the manual split's model predicts 1.5x too slow; on one machine's
+labels a model of `heavy` alone had them right with or without round
+counts, and over seeds no mix of sources tried mends the recipe's:
 README, "Where the error is".) Only the Eigen path's forms
 (f32; 1-D or 2-D convolutions without groups or lhs dilation; dots with at
 most one batch dim): XLA:CPU runs the others through a naive loop nest two
