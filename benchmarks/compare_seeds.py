@@ -17,6 +17,13 @@ kernels >= --min-us), then each candidate's mean and spread over its runs,
 the mean of its seed-for-seed differences from the first candidate with
 how many seeds it wins, and the figures of all its runs joined (the
 geometric mean of their predictions, as `tpuperf ensemble` makes).
+
+--kind KIND (repeatable: an opcode, or fusion:kLoop...: the kinds of
+bench_accuracy.py --breakdown) adds the median APE of that kind's kernels
+of every size, as the breakdown's "by kind" table gives it, run by run:
+
+    python benchmarks/compare_seeds.py --set test --kind convolution \\
+        recipe=r0.pt,r1.pt,r2.pt
 """
 
 import argparse
