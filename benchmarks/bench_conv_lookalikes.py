@@ -25,8 +25,8 @@ convolutions 1.15x to 1.5x too slow (README, "Where the error is").
 
 import argparse
 import glob
+import math
 import os
-import re
 import sys
 
 import numpy as np
@@ -38,8 +38,6 @@ import bench_accuracy  # noqa: E402
 
 from tpuperf_cli.stream import read_records  # noqa: E402
 
-WINDOW_SIZE = re.compile(r"size=([\dx]+)")
-
 
 def conv_form(r):
     """(spatial rank, window size, element type, grouped, multiply-adds, input
@@ -47,29 +45,26 @@ def conv_form(r):
     window size is "whole" where it spans the whole input (a filter
     gradient); grouped: feature_group_count > 1 (a depthwise convolution
     runs far slower per multiply-add on a CPU)."""
+    from tpuperf_cli.hlo import attrs
     from tpuperf_cli.hlo.parser import parse_module
 
     if r.get("opcode") != "convolution":
         return None
     comp = parse_module(r["hlo"], "hlo").entry
     conv = comp.root
-    labels = conv.attrs.get("dim_labels", "")
-    if conv.opcode != "convolution" or "->" not in labels:
+    if conv.opcode != "convolution" or "dim_labels" not in conv.attrs:
         return None
-    lhs_labels, rhs_labels = labels.split("_")[0], labels.split("_")[1].split("->")[0]
+    d = attrs.conv_dims(conv.attrs["dim_labels"])
     lhs, rhs = (comp.by_name[o].shape for o in conv.operands)
-    taps = int(np.prod([d for d, c in zip(rhs.dims, rhs_labels) if c.isdigit()]))
-    cin = rhs.dims[rhs_labels.index("i")]
-    macs = conv.shape.num_elements() * taps * cin
-    size = WINDOW_SIZE.search(conv.attrs.get("window", ""))
-    size = size.group(1) if size else "1"
-    spatial = [d for d, c in zip(lhs.dims, lhs_labels) if c.isdigit()]
-    window = [int(w) for w in size.split("x")]
-    if np.prod(window) > 1 and all(w >= d for w, d in zip(window, spatial)):
-        size = "whole"
-    rank = sum(c.isdigit() for c in rhs_labels)
+    taps = math.prod(rhs.dims[i] for i in d["kernel_spatial"])
+    cin = rhs.dims[d["kernel_input_feature"]]
+    window = [w["size"] for w in attrs.window(conv.attrs.get("window", "{}"))]
+    spatial = [lhs.dims[i] for i in d["input_spatial"]]
+    whole = math.prod(window) > 1 and all(w >= n for w, n in zip(window, spatial))
+    size = "whole" if whole else "x".join(map(str, window)) or "1"
     grouped = int(conv.attrs.get("feature_group_count", "1")) > 1
-    return rank, size, conv.shape.element_type, grouped, macs, cin
+    return (len(d["kernel_spatial"]), size, conv.shape.element_type, grouped,
+            conv.shape.num_elements() * taps * cin, cin)
 
 
 def convolutions(records):
