@@ -54,12 +54,13 @@ def parse_candidate(text):
     return name, models
 
 
-def figures(records, pred, min_ns, kinds=()):
+def figures(records, pred, min_ns, kind_idx=None):
+    """The median figures over programs, and for each kind of kind_idx
+    ({kind: its records' indices}) the median APE of its kernels."""
     med, _ = metrics.summarize(bench_accuracy.per_program(records, pred, min_ns), FIELDS)
     true = np.asarray([r["runtime_ns"] for r in records], dtype=np.float64)
     ape = 100 * np.abs(pred - true) / true
-    for kind in kinds:
-        idx = [i for i, r in enumerate(records) if bench_accuracy.kind_of(r) == kind]
+    for kind, idx in (kind_idx or {}).items():
         med[kind] = float(np.median(ape[idx]))
     return med
 
@@ -86,8 +87,9 @@ def main():
     split = json.load(open(args.split))
     records = bench_accuracy.load(args.corpus, split[args.set])
     examples = [example(r, i) for i, r in enumerate(records, 1)]
-    counts = {k: sum(bench_accuracy.kind_of(r) == k for r in records) for k in args.kind}
-    missing = [k for k, n in counts.items() if not n]
+    by_kind = metrics.group_indices([bench_accuracy.kind_of(r) for r in records])
+    kind_idx = {k: by_kind.get(k, []) for k in args.kind}
+    missing = [k for k, idx in kind_idx.items() if not len(idx)]
     if missing:
         sys.exit(f"compare_seeds: --kind {', '.join(missing)}: no such kernels in the "
                  f"'{args.set}' programs")
@@ -98,8 +100,8 @@ def main():
         for path in paths:
             print(f"compare_seeds: {name}: {path}", file=sys.stderr)
             preds.append(np.asarray(load_model(path).predict_examples(examples), dtype=np.float64))
-            runs.append(figures(records, preds[-1], min_ns, args.kind))
-        joined = figures(records, np.exp(np.mean(np.log(preds), axis=0)), min_ns, args.kind)
+            runs.append(figures(records, preds[-1], min_ns, kind_idx))
+        joined = figures(records, np.exp(np.mean(np.log(preds), axis=0)), min_ns, kind_idx)
         out[name] = {"models": paths, "runs": runs, "joined": joined}
 
     ref = candidates[0][0]
@@ -125,7 +127,7 @@ def main():
     runs = max(len(c["runs"]) for c in out.values())
     print(f"{'':{width}s}" + "".join(f"{'run ' + str(i):>8s}" for i in range(runs))
           + f"{'mean':>8s}{'sd':>7s}{'vs ' + ref:>{max(12, len(ref) + 6)}s}{'joined':>9s}")
-    labels = ("MAPE", "tau", "prog.err") + tuple(f"{k} APE ({counts[k]} kernels, every size)"
+    labels = ("MAPE", "tau", "prog.err") + tuple(f"{k} APE ({len(kind_idx[k])} kernels, every size)"
                                                  for k in args.kind)
     for f, label in zip(fields, labels):
         print(label)
