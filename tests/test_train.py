@@ -387,6 +387,93 @@ def test_model_file_records_epochs_run_best_epoch_and_total_seconds(shards, tmp_
     assert d["name"] == r["model"] == f"p-{weights_digest(d['state_dict'])}"
 
 
+def noise_valid(tmp_path):
+    """A validation shard of noise: the validation loss soon stops improving."""
+    recs = synthetic_records(n_programs=1, kernels=20, seed=4)
+    rng = np.random.default_rng(0)
+    for r in recs:
+        r["program"] = "noise"
+        r["runtime_ns"] = float(rng.uniform(1e3, 1e6))
+    (noise,) = write_shards(tmp_path, recs)
+    return noise
+
+
+def test_tail_average_is_the_mean_of_the_weights_from_the_best_epoch_on(shards, tmp_path, monkeypatch):
+    from tpuperf_cli.model import train as training
+    from tpuperf_cli.model.predict import load_model
+
+    seen = []           # (improved, the saved weights) at each epoch's end, as the run adds them
+    add = training.TrainingRun.add_to_tail
+
+    def spy(run, improved):
+        seen.append((improved, {k: v.clone() for k, v in run.saved_net.state_dict().items()}))
+        add(run, improved)
+
+    monkeypatch.setattr(training.TrainingRun, "add_to_tail", spy)
+    tail = tmp_path / "tail.pt"
+    r = train([str(shards / "synth0.zst"), str(shards / "synth1.zst")], tmp_path / "p.pt",
+              NetConfig(**TINY), fast_opts(epochs=30, patience=4, tail_average=str(tail)),
+              valid=[noise_valid(tmp_path)], progress=quiet)
+    assert r["epochs"] > r["best_epoch"] and len(seen) == r["epochs"], r
+    assert seen[r["best_epoch"] - 1][0] and not any(imp for imp, _ in seen[r["best_epoch"]:])
+    d = torch.load(tail, weights_only=True)
+    t = d["trained"]
+    assert t["tail_average"] == {"epochs": [r["best_epoch"], r["epochs"]],
+                                 "snapshots": r["epochs"] - r["best_epoch"] + 1}
+    kept = [w for _, w in seen[r["best_epoch"] - 1:]]
+    for k, v in d["state_dict"].items():
+        want = torch.stack([w[k].double() for w in kept]).mean(0).float()
+        assert torch.allclose(v, want, atol=1e-6), k
+    # not the best epoch's weights, and validated on its own
+    best = torch.load(tmp_path / "p.pt", weights_only=True)
+    assert d["name"].startswith("tail-") and d["name"] != best["name"]
+    assert set(t["valid_figures"]) == {"valid_loss", "valid_mape", "valid_tau"}
+    assert t["valid_figures"] != best["trained"]["valid_figures"]
+    assert load_model(str(tail)).predict_examples(
+        [example(x, i) for i, x in enumerate(read_records(str(shards / "synth4.zst")), 1)]).min() > 0
+
+
+def test_tail_average_survives_a_resume(shards, tmp_path):
+    noise = noise_valid(tmp_path)
+    data = [str(shards / "synth0.zst"), str(shards / "synth1.zst")]
+
+    def opts(tail):
+        return fast_opts(epochs=12, patience=50, tail_average=str(tail))
+
+    train(data, tmp_path / "full.pt", NetConfig(**TINY), opts(tmp_path / "full-tail.pt"),
+          valid=[noise], progress=quiet)
+
+    class Crash(Exception):
+        pass
+
+    def crash(msg):
+        if msg.startswith("epoch   9/"):
+            raise Crash()
+
+    out = tmp_path / "crashed.pt"
+    with pytest.raises(Crash):
+        train(data, out, NetConfig(**TINY), opts(tmp_path / "crashed-tail.pt"), valid=[noise],
+              progress=crash)
+    train(data, out, resume=True, valid=[noise], progress=quiet)
+    a = torch.load(tmp_path / "full-tail.pt", weights_only=True)
+    b = torch.load(tmp_path / "crashed-tail.pt", weights_only=True)
+    assert a["trained"]["tail_average"] == b["trained"]["tail_average"]
+    assert a["trained"]["tail_average"]["snapshots"] > 1
+    assert all(torch.equal(a["state_dict"][k], b["state_dict"][k]) for k in a["state_dict"])
+
+
+def test_tail_average_needs_validation_and_a_network(shards, tmp_path):
+    from tpuperf_cli.commands.train import cli
+
+    base = ["--data", str(shards / "synth0.zst"), "--out", str(tmp_path / "m.pt"),
+            "--tail-average", str(tmp_path / "t.pt"), "--epochs", "1"]
+    for extra, message in (([], "give validation programs"), (["--learner", "gbdt"], "--learner gbdt")):
+        e = CliRunner().invoke(cli, base + extra, standalone_mode=False).exception
+        assert isinstance(e, TpuperfError) and e.exit_code == 2, e
+        assert "--tail-average" in str(e) and message in str(e), e
+    assert not (tmp_path / "t.pt").exists() and not (tmp_path / "m.pt").exists()
+
+
 def test_training_is_repeatable(shards, tmp_path):
     runs = [train([str(shards / "synth0.zst"), str(shards / "synth1.zst")], tmp_path / f"{i}.pt",
                   NetConfig(**TINY), fast_opts(epochs=2), progress=quiet) for i in range(2)]

@@ -123,6 +123,10 @@ def _source_weights(ctx, param, values) -> dict:
 @click.option("--ema", type=click.FloatRange(0, 1, max_open=True), default=0.99, show_default=True,
               help="Validate and save an exponential moving average of the weights with this "
                    "decay per step (steadier on small corpora); 0 keeps the raw weights.")
+@click.option("--tail-average", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Also write FILE: a model of the saved weights averaged over the epochs from "
+                   "the best validation epoch to the last (those early stopping waits through; "
+                   "stochastic weight averaging at no extra cost), validated like an epoch.")
 @click.option("--learner", type=click.Choice(["gnn", "gbdt"]), default="gnn", show_default=True,
               help="gnn: the graph network (the paper's model; the options below). gbdt: "
                    "gradient-boosted trees (LightGBM: pip install 'tpuperf[gbdt]') on each "
@@ -175,7 +179,7 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
         generated_share, generated_even, source_weight,
         kernel_features, configs,
         memory_mb, seed,
-        device, threads, max_time, ema, learner, trees, leaves, gnn, layers, hidden, opcode_dim, neighbors, aggregate,
+        device, threads, max_time, ema, tail_average, learner, trees, leaves, gnn, layers, hidden, opcode_dim, neighbors, aggregate,
         directed, normalize, kernel_head, reduction, heads, seq_layers, dropout, resume, keep_state, name, quiet):
     """Train a performance model (a graph neural network, or trees) on measured kernels.
 
@@ -291,6 +295,9 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
         if teacher:
             raise TpuperfError("--teacher trains a network on blended labels; --learner gbdt "
                                "fits the measured ones", exit_code=2)
+        if tail_average:
+            raise TpuperfError("--tail-average averages a network's weights over epochs; "
+                               "--learner gbdt fits trees in one go", exit_code=2)
         return _train_trees(shards, output, valid, split, task, loss, lr, patience, min_us,
                             label_floor_us, even,
                             generated_share, generated_even, source_weight, kernel_features,
@@ -303,7 +310,8 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
                         generated_share=-1.0 if generated_share is None else generated_share,
                         generated_even=generated_even, source_weight=source_weight,
                         kernel_features=kernel_features, configs=configs, memory_mb=memory_mb, seed=seed, device=device,
-                        threads=threads, max_time=max_time, ema=ema, teacher=teacher or "",
+                        threads=threads, max_time=max_time, ema=ema, tail_average=tail_average or "",
+                        teacher=teacher or "",
                         teacher_weight=teacher_weight, teacher_data=tuple(teacher_data))
     quiet_progress = {"progress": _warnings_only} if quiet else {}
     train(shards, output, net=net, opts=opts, valid=list(valid), split=split, resume=resume,

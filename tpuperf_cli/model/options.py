@@ -58,6 +58,8 @@ class TrainOptions:
     teacher: str = ""           # a model file whose predictions blend into the training labels
     teacher_weight: float = 0.5   # the blend: runtime^(1-w) * teacher's^w (a geometric mean)
     teacher_data: tuple = ()    # shards of kernels the teacher labels (source "teacher")
+    tail_average: str = ""      # also write, to this file, the saved weights averaged over
+                                # the epochs from the best one to the last (see TrainingRun)
 
     def __post_init__(self):
         # a resumed run's options come back from the state file with lists

@@ -112,6 +112,7 @@ def restore(state: dict, run: TrainingRun) -> None:
                                                     state["bad"])
     run.history = state["history"]
     run.step = state["step"]
+    run.tail_sum, run.tail_n = state.get("tail_sum"), state.get("tail_n", 0)
     run.name_written = state.get("name")
 
 
@@ -127,7 +128,8 @@ def snapshot(run: TrainingRun, elapsed: float) -> dict:
             "scheduler": run.sched.state_dict(), "rng": run.rng.bit_generator.state,
             "torch_rng": torch.get_rng_state(), "best": run.best, "best_epoch": run.best_epoch,
             "bad": run.bad, "history": run.history, "opts": asdict(run.opts), "net": asdict(run.net_cfg),
-            "scaling": run.scaler.to_dict(), "seconds": elapsed, "name": run.name_written})
+            "scaling": run.scaler.to_dict(), "seconds": elapsed, "name": run.name_written,
+            "tail_sum": run.tail_sum, "tail_n": run.tail_n})
 
 
 def _plain_state(value):

@@ -392,6 +392,9 @@ class TrainingRun:
         self.rng = np.random.default_rng(opts.seed if self.dist.world == 1 else [opts.seed, self.dist.rank])
         self.epoch, self.best, self.best_epoch, self.bad, self.history, self.step = 0, None, 0, 0, [], 0
         self.name_written = None        # the name of the model last written to `out`
+        # --tail-average: the running sum (float64) of the saved weights at the end of
+        # each epoch from the best one on, and how many epochs it holds
+        self.tail_sum, self.tail_n = None, 0
         self.lut = scaler.opcode_table(net_cfg.num_opcodes)
         self.sequence = net_cfg.reduction in ("lstm", "transformer")
         self.parameters = sum(p.numel() for p in self.net.parameters())
@@ -400,6 +403,30 @@ class TrainingRun:
     def saved_net(self):
         """What is validated and written to `out`: the moving average, if kept."""
         return self.ema_net if self.ema_net is not None else self.net
+
+    def add_to_tail(self, improved: bool) -> None:
+        """Add this epoch's saved weights to the --tail-average sum; a better
+        epoch starts the sum again from its own weights."""
+        if not self.opts.tail_average:
+            return
+        weights = {k: v.detach().double().clone() for k, v in self.saved_net.state_dict().items()
+                   if v.is_floating_point()}
+        if improved or self.tail_sum is None:
+            self.tail_sum, self.tail_n = weights, 1
+        else:
+            for k, v in weights.items():
+                self.tail_sum[k] += v
+            self.tail_n += 1
+
+    def tail_net(self):
+        """A copy of the saved network holding the --tail-average weights."""
+        import copy
+
+        net = copy.deepcopy(self.saved_net)
+        state = net.state_dict()
+        state.update({k: (v / self.tail_n).to(state[k].dtype) for k, v in self.tail_sum.items()})
+        net.load_state_dict(state)
+        return net
 
     def train_step(self, examples: Sequence | None, groups: np.ndarray | None = None) -> tuple[int, float]:
         """One optimizer step on this rank's share of a batch (None: this
@@ -506,6 +533,35 @@ def _finish(out, run, seconds, stopped):
     save_atomic(d, out)
 
 
+def _write_tail(run, valid_set, opts, scaler, target, train_set, data, valid, split, taught,
+                seconds, stopped, dist, progress):
+    """Write --tail-average's model: the saved weights averaged over the
+    epochs from the best one to the last (stochastic weight averaging over
+    the epochs early stopping waits through), validated like an epoch."""
+    from tpuperf_cli.model.predict import Model, model_dict, save_atomic
+
+    path = opts.tail_average
+    net = run.tail_net()
+    net.eval()
+    figures = {f"valid_{k}": v for k, v in
+               evaluate(Model(net, scaler, {"name": "tail", "task": opts.task}, device=opts.device),
+                        valid_set, opts, dist=dist).items() if k in ("loss", "mape", "tau")}
+    first = run.epoch - run.tail_n + 1
+    info = trained_info(train_set, data, valid, split, opts, figures, round(seconds, 3), run.epoch,
+                        run.best_epoch, stopped, parameters=run.parameters,
+                        tail_average={"epochs": [first, run.epoch], "snapshots": run.tail_n}, **taught)
+    d = model_dict(net, scaler, os.path.splitext(os.path.basename(path))[0], opts.task, opts.loss,
+                   target, info)
+    if dist.world > 1:
+        d["trained"]["processes"] = dist.world
+    if dist.main:
+        save_atomic(d, path)
+    what = "Tile-Size APE" if opts.task == "tile" else "MAPE"
+    progress(f"train: wrote {path} (model {d['name']}: the weights of epochs {first} to "
+             f"{run.epoch} averaged; valid loss {figures['valid_loss']:.4f}  {what} "
+             f"{figures['valid_mape']:.1f}%  tau {figures['valid_tau']:.3f})")
+
+
 def train(data: Sequence[str], out: str | os.PathLike, net: NetConfig | None = None,
           opts: TrainOptions | None = None, valid: Sequence[str] | None = None, split: str | None = None,
           resume: bool = False, keep_state: bool = False, name: str | None = None,
@@ -582,6 +638,9 @@ def _train(data, out, net, opts, valid, split, resume, keep_state, name, progres
     if blend:
         taught["teacher"] = blend_teacher(train_set, opts, progress, teacher)
 
+    if opts.tail_average and valid_set is None:
+        raise TpuperfError("--tail-average averages the epochs from the best validation epoch "
+                           "on: give validation programs (--split or --valid)", exit_code=2)
     run = TrainingRun(net_cfg, scaler, opts, dist)
     if state is not None:
         resuming.restore(state, run)
@@ -618,6 +677,7 @@ def _train(data, out, net, opts, valid, split, resume, keep_state, name, progres
         line += f"  {seen} graphs, {time.time() - te:.1f}s"
         progress(line)
         run.history.append(figures)
+        run.add_to_tail(improved)
         if improved:
             seconds = round(time.time() - t0 + earlier, 3)  # ms: a best first epoch may take under 0.05 s
             d = model_dict(run.saved_net, scaler, stem, opts.task, opts.loss, target,
@@ -642,6 +702,9 @@ def _train(data, out, net, opts, valid, split, resume, keep_state, name, progres
             stopped = f"time limit of {opts.max_time:.0f}s"
             break
     seconds = time.time() - t0 + earlier
+    if opts.tail_average and run.tail_n:
+        _write_tail(run, valid_set, opts, scaler, target, train_set, data, valid, split, taught,
+                    seconds, stopped, dist, progress)
     if dist.main:
         _finish(out, run, seconds, stopped)
         if not keep_state and os.path.exists(resuming.state_path(out)):
