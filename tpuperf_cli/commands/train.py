@@ -179,7 +179,8 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
         generated_share, generated_even, source_weight,
         kernel_features, configs,
         memory_mb, seed,
-        device, threads, max_time, ema, tail_average, learner, trees, leaves, gnn, layers, hidden, opcode_dim, neighbors, aggregate,
+        device, threads, max_time, ema, tail_average, learner, trees, leaves, gnn, layers, hidden, opcode_dim,
+        neighbors, aggregate,
         directed, normalize, kernel_head, reduction, heads, seq_layers, dropout, resume, keep_state, name, quiet):
     """Train a performance model (a graph neural network, or trees) on measured kernels.
 
