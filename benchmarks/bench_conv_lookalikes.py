@@ -10,8 +10,9 @@ are grouped by (rank, window, type, feature groups or not; a window that
 spans the whole input, a filter gradient's, counts as one size); a group's
 look-alikes are the generated convolutions of that form whose multiply-adds
 lie in the group's range. Each group prints its median ps per
-multiply-add beside its look-alikes' (all of them, and those whose input
-features per group are a multiple of 8), and, with --model, the model's
+multiply-add beside its look-alikes' (all of them, and those with at least
+as many input and output features as the group's fewest: few channels
+cost a CPU far more per multiply-add), and, with --model, the model's
 median prediction / label on both: a model that fits the look-alikes
 but misses the program's convolutions by as much as their speeds differ
 was taught that speed by its data.
@@ -41,7 +42,8 @@ from tpuperf_cli.stream import read_records  # noqa: E402
 
 def conv_form(r):
     """(spatial rank, window size, element type, grouped, multiply-adds, input
-    features per group) of an unfused convolution record, or None. The
+    features per group, output features) of an unfused convolution record,
+    or None. The
     window size is "whole" where it spans the whole input (a filter
     gradient); grouped: feature_group_count > 1 (a depthwise convolution
     runs far slower per multiply-add on a CPU)."""
@@ -58,13 +60,14 @@ def conv_form(r):
     lhs, rhs = (comp.by_name[o].shape for o in conv.operands)
     taps = math.prod(rhs.dims[i] for i in d["kernel_spatial"])
     cin = rhs.dims[d["kernel_input_feature"]]
+    cout = rhs.dims[d["kernel_output_feature"]]
     window = [w["size"] for w in attrs.window(conv.attrs.get("window", "{}"))]
     spatial = [lhs.dims[i] for i in d["input_spatial"]]
     whole = math.prod(window) > 1 and all(w >= n for w, n in zip(window, spatial))
     size = "whole" if whole else "x".join(map(str, window)) or "1"
     grouped = int(conv.attrs.get("feature_group_count", "1")) > 1
     return (len(d["kernel_spatial"]), size, conv.shape.element_type, grouped,
-            conv.shape.num_elements() * taps * cin, cin)
+            conv.shape.num_elements() * taps * cin, cin, cout)
 
 
 def convolutions(records):
@@ -121,7 +124,7 @@ def main():
           f"convolutions; {len(gen)} generated convolutions in {len(shards)} shards")
     col = f"{'n':>6s} {'ps/MAC':>8s}" + (f" {'pred/y':>7s}" if ratio else "")
     print(f"{'rank window type':22s} {'program':>{len(col)}s} | {'look-alikes':>{len(col)}s} | "
-          f"{'look-alikes, cin % 8 == 0':>{len(col)}s} | their ps/MAC / program's")
+          f"{'as many channels':>{len(col)}s} | their ps/MAC / program's")
     print(f"{'':22s} {col} | {col} | {col} |")
     groups = {}
     for r, f in progs:
@@ -130,12 +133,13 @@ def main():
         rows = groups[key]
         lo, hi = min(f[4] for _, f in rows), max(f[4] for _, f in rows)
         like = [(r, f) for r, f in gen if f[:4] == key and lo <= f[4] <= hi]
-        round_like = [(r, f) for r, f in like if f[5] % 8 == 0]
+        fewest = min(min(f[5], f[6]) for _, f in rows)
+        wide_like = [(r, f) for r, f in like if min(f[5], f[6]) >= fewest]
         speed = (f"{np.median(ps_per_mac(like)) / np.median(ps_per_mac(rows)):.2f}x"
                  if like else "-")
         label = f"{key[0]}-D {key[1]} {key[2]}" + (" grouped" if key[3] else "")
         print(f"{label:22s} {cells(rows)} | {cells(like)} | "
-              f"{cells(round_like)} | {speed}")
+              f"{cells(wide_like)} | {speed}")
 
 
 if __name__ == "__main__":

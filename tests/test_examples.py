@@ -607,10 +607,10 @@ def test_conv_lookalikes_counts_multiply_adds_per_feature_group():
                  "window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f, "
                  "feature_group_count=4\n}\n")
     form = bench_conv_lookalikes.conv_form
-    assert form({"opcode": "convolution", "hlo": plain}) == (1, "2", "f32", False, 8 * 16 * 6 * 2 * 4, 4)
-    assert form({"opcode": "convolution", "hlo": depthwise}) == (2, "3x3", "f32", True, 64 * 4 * 9, 1)
+    assert form({"opcode": "convolution", "hlo": plain}) == (1, "2", "f32", False, 8 * 16 * 6 * 2 * 4, 4, 6)
+    assert form({"opcode": "convolution", "hlo": depthwise}) == (2, "3x3", "f32", True, 64 * 4 * 9, 1, 4)
     assert form({"opcode": "dot", "hlo": plain}) is None
     gradient = plain.replace("f32[2,4,6]", "f32[16,4,6]").replace("f32[8,16,6]", "f32[8,1,6]") \
         .replace("size=2 pad=1_0 rhs_dilate=2", "size=16")
     assert form({"opcode": "convolution", "hlo": gradient}) == (1, "whole", "f32", False,
-                                                              8 * 6 * 16 * 4, 4)
+                                                              8 * 6 * 16 * 4, 4, 6)
