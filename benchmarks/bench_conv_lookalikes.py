@@ -10,9 +10,11 @@ are grouped by (rank, window, type, feature groups or not; a window that
 spans the whole input, a filter gradient's, counts as one size); a group's
 look-alikes are the generated convolutions of that form whose multiply-adds
 lie in the group's range. Each group prints its median ps per
-multiply-add beside its look-alikes' (all of them, and those with at least
-as many input and output features as the group's fewest: few channels
-cost a CPU far more per multiply-add), and, with --model, the model's
+multiply-add beside its look-alikes' (all of them; those with at least
+as many input and output features as the group's fewest, since few
+channels cost a CPU far more per multiply-add; and those at the group's
+channel counts: both between its fewest and twice its most), and, with
+--model, the model's
 median prediction / label on both: a model that fits the look-alikes
 but misses the program's convolutions by as much as their speeds differ
 was taught that speed by its data.
@@ -124,8 +126,9 @@ def main():
           f"convolutions; {len(gen)} generated convolutions in {len(shards)} shards")
     col = f"{'n':>6s} {'ps/MAC':>8s}" + (f" {'pred/y':>7s}" if ratio else "")
     print(f"{'rank window type':22s} {'program':>{len(col)}s} | {'look-alikes':>{len(col)}s} | "
-          f"{'as many channels':>{len(col)}s} | their ps/MAC / program's")
-    print(f"{'':22s} {col} | {col} | {col} |")
+          f"{'as many channels':>{len(col)}s} | {'their channels':>{len(col)}s} | "
+          f"their ps/MAC / program's")
+    print(f"{'':22s} {col} | {col} | {col} | {col} |")
     groups = {}
     for r, f in progs:
         groups.setdefault(f[:4], []).append((r, f))
@@ -134,12 +137,14 @@ def main():
         lo, hi = min(f[4] for _, f in rows), max(f[4] for _, f in rows)
         like = [(r, f) for r, f in gen if f[:4] == key and lo <= f[4] <= hi]
         fewest = min(min(f[5], f[6]) for _, f in rows)
+        most = max(max(f[5], f[6]) for _, f in rows)
         wide_like = [(r, f) for r, f in like if min(f[5], f[6]) >= fewest]
+        near_like = [(r, f) for r, f in wide_like if max(f[5], f[6]) <= 2 * most]
         speed = (f"{np.median(ps_per_mac(like)) / np.median(ps_per_mac(rows)):.2f}x"
                  if like else "-")
         label = f"{key[0]}-D {key[1]} {key[2]}" + (" grouped" if key[3] else "")
         print(f"{label:22s} {cells(rows)} | {cells(like)} | "
-              f"{cells(wide_like)} | {speed}")
+              f"{cells(wide_like)} | {cells(near_like)} | {speed}")
 
 
 if __name__ == "__main__":
