@@ -52,6 +52,19 @@ def quiet(_msg):
     pass
 
 
+class Crash(Exception):
+    """Raised by crash_at's progress callback: a run killed mid-way."""
+
+
+def crash_at(epoch):
+    """A progress callback that interrupts a run as it reports `epoch`
+    (before that epoch's model and state are saved)."""
+    def progress(msg):
+        if msg.startswith(f"epoch {epoch:3d}/"):
+            raise Crash()
+    return progress
+
+
 def fast_opts(**kw):
     base = dict(epochs=6, batch_size=8, lr=1e-2, seed=0, threads=1)
     base.update(kw)
@@ -443,17 +456,10 @@ def test_tail_average_survives_a_resume(shards, tmp_path):
     train(data, tmp_path / "full.pt", NetConfig(**TINY), opts(tmp_path / "full-tail.pt"),
           valid=[noise], progress=quiet)
 
-    class Crash(Exception):
-        pass
-
-    def crash(msg):
-        if msg.startswith("epoch   9/"):
-            raise Crash()
-
     out = tmp_path / "crashed.pt"
     with pytest.raises(Crash):
         train(data, out, NetConfig(**TINY), opts(tmp_path / "crashed-tail.pt"), valid=[noise],
-              progress=crash)
+              progress=crash_at(9))
     train(data, out, resume=True, valid=[noise], progress=quiet)
     a = torch.load(tmp_path / "full-tail.pt", weights_only=True)
     b = torch.load(tmp_path / "crashed-tail.pt", weights_only=True)
@@ -486,16 +492,9 @@ def test_resume_continues_an_interrupted_run_exactly(shards, tmp_path):
     full = train(data, tmp_path / "full.pt", NetConfig(**TINY), fast_opts(epochs=4), split=split,
                  progress=quiet)
 
-    class Crash(Exception):
-        pass
-
-    def crash_after_two(msg):
-        if msg.startswith("epoch   2/"):
-            raise Crash()
-
     out = tmp_path / "crashed.pt"
     with pytest.raises(Crash):
-        train(data, out, NetConfig(**TINY), fast_opts(epochs=4), split=split, progress=crash_after_two)
+        train(data, out, NetConfig(**TINY), fast_opts(epochs=4), split=split, progress=crash_at(2))
     assert os.path.exists(str(out) + ".resume")
     # epoch 2's model and state were not saved (the crash came first), epoch 1's were
     resumed = train(data, out, resume=True, split=split, progress=quiet)
@@ -567,16 +566,6 @@ def test_extended_run_resumes_exactly_too(shards, tmp_path):
 
     data = [str(shards / "*.zst")]
     split = str(shards / "split.json")
-
-    class Crash(Exception):
-        pass
-
-    def crash_at(epoch):
-        def progress(msg):
-            if msg.startswith(f"epoch {epoch:3d}/"):
-                raise Crash()
-        return progress
-
     a, b = tmp_path / "a.pt", tmp_path / "b.pt"
     with pytest.raises(Crash):
         train(data, a, NetConfig(**TINY), fast_opts(epochs=4), split=split, progress=crash_at(2))
