@@ -376,16 +376,21 @@ def test_valid_shards_take_precedence_over_the_splits_valid_programs(shards, tmp
     assert d["trained"]["programs"] == ["synth0", "synth1", "synth2"]
 
 
-def test_model_file_records_epochs_run_best_epoch_and_total_seconds(shards, tmp_path):
-    from tpuperf_cli.model.predict import weights_digest
-
-    # validation runtimes that are noise: the validation loss soon stops improving
+def noise_valid(tmp_path):
+    """A validation shard of noise: the validation loss soon stops improving."""
     recs = synthetic_records(n_programs=1, kernels=20, seed=4)
     rng = np.random.default_rng(0)
     for r in recs:
         r["program"] = "noise"
         r["runtime_ns"] = float(rng.uniform(1e3, 1e6))
     (noise,) = write_shards(tmp_path, recs)
+    return noise
+
+
+def test_model_file_records_epochs_run_best_epoch_and_total_seconds(shards, tmp_path):
+    from tpuperf_cli.model.predict import weights_digest
+
+    noise = noise_valid(tmp_path)
     out = tmp_path / "p.pt"
     r = train([str(shards / "synth0.zst"), str(shards / "synth1.zst")], out, NetConfig(**TINY),
               fast_opts(epochs=20, patience=1, ema=0), valid=[noise], progress=quiet)
@@ -398,17 +403,6 @@ def test_model_file_records_epochs_run_best_epoch_and_total_seconds(shards, tmp_
     assert t["valid_figures"] == r["history"][r["best_epoch"] - 1]
     # the weights are still the best epoch's: the name (their hash) is the one written then
     assert d["name"] == r["model"] == f"p-{weights_digest(d['state_dict'])}"
-
-
-def noise_valid(tmp_path):
-    """A validation shard of noise: the validation loss soon stops improving."""
-    recs = synthetic_records(n_programs=1, kernels=20, seed=4)
-    rng = np.random.default_rng(0)
-    for r in recs:
-        r["program"] = "noise"
-        r["runtime_ns"] = float(rng.uniform(1e3, 1e6))
-    (noise,) = write_shards(tmp_path, recs)
-    return noise
 
 
 def test_tail_average_is_the_mean_of_the_weights_from_the_best_epoch_on(shards, tmp_path, monkeypatch):
