@@ -484,17 +484,36 @@ class TrainingRun:
         opts = self.opts
         self.saved_net.eval()
         v = evaluate(model, valid_set, opts, dist=self.dist)
-        figures.update({f"valid_{k}": v[k] for k in ("loss", "mape", "tau")})
+        figures.update(_valid_figures(v))
         metric = v[opts.monitor]
         improved = _better(opts.monitor, metric, self.best)
         if improved:
             self.best, self.best_epoch, self.bad = metric, self.epoch, 0
         else:
             self.bad += 1
-        what = "Tile-Size APE" if opts.task == "tile" else "MAPE"
-        text = ((f"  valid loss {v['loss']:.4f}" if opts.task == "fusion" else "  valid")
-                + f"  {what} {v['mape']:.1f}%  tau {v['tau']:.3f}" + ("  *" if improved else ""))
-        return improved, text
+        return improved, "  " + _valid_text(v, opts.task) + ("  *" if improved else "")
+
+
+def _valid_figures(v: dict) -> dict:
+    """evaluate's figures as a model file and the history record them."""
+    return {f"valid_{k}": v[k] for k in ("loss", "mape", "tau")}
+
+
+def _valid_text(v: dict, task: str) -> str:
+    """evaluate's figures as the progress lines print them."""
+    what = "Tile-Size APE" if task == "tile" else "MAPE"
+    return ((f"valid loss {v['loss']:.4f}  " if task == "fusion" else "valid  ")
+            + f"{what} {v['mape']:.1f}%  tau {v['tau']:.3f}")
+
+
+def _write_model(d: dict, path, dist: Dist) -> None:
+    """Write a model file (rank 0 only); a data-parallel run's records its processes."""
+    from tpuperf_cli.model.predict import save_atomic
+
+    if dist.world > 1:
+        d["trained"]["processes"] = dist.world
+    if dist.main:
+        save_atomic(d, path)
 
 
 def trained_info(train_set, data, valid, split, opts, figures, seconds, epochs, best_epoch,
@@ -538,28 +557,23 @@ def _write_tail(run, valid_set, opts, scaler, target, train_set, data, valid, sp
     """Write --tail-average's model: the saved weights averaged over the
     epochs from the best one to the last (stochastic weight averaging over
     the epochs early stopping waits through), validated like an epoch."""
-    from tpuperf_cli.model.predict import Model, model_dict, save_atomic
+    from tpuperf_cli.model.predict import Model, model_dict
 
     path = opts.tail_average
     net = run.tail_net()
     net.eval()
-    figures = {f"valid_{k}": v for k, v in
-               evaluate(Model(net, scaler, {"name": "tail", "task": opts.task}, device=opts.device),
-                        valid_set, opts, dist=dist).items() if k in ("loss", "mape", "tau")}
+    v = evaluate(Model(net, scaler, {"name": "tail", "task": opts.task}, device=opts.device),
+                 valid_set, opts, dist=dist)
+    figures = _valid_figures(v)
     first = run.epoch - run.tail_n + 1
     info = trained_info(train_set, data, valid, split, opts, figures, round(seconds, 3), run.epoch,
                         run.best_epoch, stopped, parameters=run.parameters,
                         tail_average={"epochs": [first, run.epoch], "snapshots": run.tail_n}, **taught)
     d = model_dict(net, scaler, os.path.splitext(os.path.basename(path))[0], opts.task, opts.loss,
                    target, info)
-    if dist.world > 1:
-        d["trained"]["processes"] = dist.world
-    if dist.main:
-        save_atomic(d, path)
-    what = "Tile-Size APE" if opts.task == "tile" else "MAPE"
+    _write_model(d, path, dist)
     progress(f"train: wrote {path} (model {d['name']}: the weights of epochs {first} to "
-             f"{run.epoch} averaged; valid loss {figures['valid_loss']:.4f}  {what} "
-             f"{figures['valid_mape']:.1f}%  tau {figures['valid_tau']:.3f})")
+             f"{run.epoch} averaged; {_valid_text(v, opts.task)})")
 
 
 def train(data: Sequence[str], out: str | os.PathLike, net: NetConfig | None = None,
@@ -683,10 +697,7 @@ def _train(data, out, net, opts, valid, split, resume, keep_state, name, progres
             d = model_dict(run.saved_net, scaler, stem, opts.task, opts.loss, target,
                            trained_info(train_set, data, valid, split, run.opts, figures, seconds,
                                         run.epoch, run.best_epoch, parameters=run.parameters, **taught))
-            if dist.world > 1:
-                d["trained"]["processes"] = dist.world
-            if dist.main:
-                save_atomic(d, out)
+            _write_model(d, out, dist)
             run.name_written = d["name"]
         elapsed = dist.max(time.time() - t0 + earlier)     # the slowest rank's: all stop together
         rank_rngs = dist.gather(run.rng.bit_generator.state) if dist.world > 1 else None
