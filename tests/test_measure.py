@@ -516,6 +516,34 @@ def test_timeouts_are_not_cached_other_failures_are(tmp_path):
             assert db.execute("SELECT COUNT(*) FROM measurement").fetchone()[0] == cached, kind
 
 
+def test_a_loud_machine_is_named_in_the_summary():
+    from tpuperf_cli.measure import LOUD_MIN_KERNELS, LOUD_NOISE, MeasureSession
+    from tpuperf_cli.measure.device import Measurement
+
+    class Noisy:
+        key, target, min_time = "k" * 16, {"platform": "cpu"}, 0.001
+
+        def __init__(self, noise):
+            self.noise = noise
+
+        def measure_many(self, texts):
+            return [Measurement(100.0, [100.0, 120.0], self.noise, 0) for _ in texts]
+
+    def summary(noise, n):
+        session = MeasureSession(Noisy(noise))
+        session.update_many([(kernel(f"k{i}", matmul_hlo(i + 2)), i, "in") for i in range(n)])
+        return "\n".join(session.summary("measure")), session.loud()
+
+    text, loud = summary(0.02, LOUD_MIN_KERNELS)
+    assert f"noise of the {LOUD_MIN_KERNELS} kernel(s) timed now: median 2.0%" in text
+    assert loud is None and "warning" not in text
+    text, loud = summary(LOUD_NOISE + 0.04, LOUD_MIN_KERNELS)
+    assert "measure: warning: this machine is loud" in text and "12.0%" in loud
+    # too few kernels to judge the machine by
+    text, loud = summary(0.5, LOUD_MIN_KERNELS - 1)
+    assert loud is None and "median 50.0%" in text
+
+
 def test_parse_duration():
     import click
 

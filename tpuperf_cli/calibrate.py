@@ -1021,6 +1021,9 @@ def calibrate(opts: Options, log) -> dict:
     finally:
         measurer.close()
         cache.close()
+    loud = session.loud()
+    if loud:
+        log(f"calibrate: warning: {loud}")
 
     train_pairs, test_pairs = fit_and_held_out(measured)
     all_fitted = not test_pairs and any(c.held_out for c, _ in measured)

@@ -226,6 +226,14 @@ def cli(inputs, backend, samples, min_time, batch, cache_dir, no_cache, retry_er
     part of the cache key: another machine, clock or method is measured
     afresh.
 
+    The summary on stderr (unless -q) counts the kernels measured, failed,
+    timed now and read from the cache, groups the failures by reason, and
+    gives the median noise of the kernels timed now. When that is 8% or
+    more over 30 kernels or more, it warns that the machine is loud: two
+    runs of the same kernels disagree by about their median noise (2% to
+    6% on a quiet machine), so such labels should not train or judge a
+    model.
+
     Collectives, infeed/outfeed and send/recv cannot run alone and fail with
     kind "collective"; custom calls the runtime lacks fail to compile.
 

@@ -16,6 +16,7 @@ kernel's runtime (or give its runtime to others through a shared cache).
 from __future__ import annotations
 
 import hashlib
+import statistics
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 
@@ -27,6 +28,16 @@ from .device import MeasureError, Measurement  # noqa: F401  (jax loads lazily)
 # failures that say more about the moment (machine load, --timeout) than
 # about the kernel: not cached, so the next run tries again
 TRANSIENT_ERRORS = frozenset({"timeout"})
+
+# The median `noise` of the kernels timed in one run at or above which
+# measure warns that the machine is loud. Two runs of the same kernels
+# disagree by about their median noise (bench_measure_noise.py, 320
+# kernels: 2.7% and 3.2% apart with a median noise of 4.0% and 2.0% on a
+# quiet AMD EPYC VM, 2026-11-26; 10.5% apart with 12.6% on a loud Intel
+# Xeon VM, 2026-11-28); the corpus's kernels have 3% to 6%.
+LOUD_NOISE = 0.08
+# ...judged on at least this many kernels timed now
+LOUD_MIN_KERNELS = 30
 
 
 def kernel_key(text: str) -> str:
@@ -62,6 +73,7 @@ class MeasureSession:
         self.repeated = 0
         self.mismatched = 0
         self.ok = 0
+        self.noises = []  # the noise of each kernel timed now (not from the cache)
         self.failed = Counter()  # error kind -> count
         self.examples = {}  # error kind -> OrderedDict(message -> count)
 
@@ -117,8 +129,11 @@ class MeasureSession:
         if len(results) != len(chunk.todo):
             raise TpuperfError(f"{len(results)} result(s) for {len(chunk.todo)} kernel(s)")
         for key, result in zip(chunk.todo, results):
-            self._store(key, _as_row(result))
+            row = _as_row(result)
+            self._store(key, row)
             self._pending.discard(key)
+            if row["noise"] is not None:
+                self.noises.append(float(row["noise"]))
         self.timed += len(chunk.todo)
 
     def finish(self, chunk: "Chunk") -> list[Record]:
@@ -195,7 +210,27 @@ class MeasureSession:
             more = len(self.examples[kind]) - 3
             if more > 0:
                 lines.append(f"{prog}:     ... and {more} other message(s)")
+        if self.noises:
+            lines.append(f"{prog}: noise of the {len(self.noises)} kernel(s) timed now: median "
+                         f"{100 * statistics.median(self.noises):.1f}%")
+        loud = self.loud()
+        if loud:
+            lines.append(f"{prog}: warning: {loud}")
         return lines
+
+    def loud(self) -> str | None:
+        """A warning when the kernels timed now say the machine is too loud
+        to trust their runtimes (their median noise is LOUD_NOISE or more),
+        else None."""
+        if len(self.noises) < LOUD_MIN_KERNELS:
+            return None
+        median = statistics.median(self.noises)
+        if median < LOUD_NOISE:
+            return None
+        return (f"this machine is loud: the kernels timed now have a median noise of "
+                f"{100 * median:.1f}% (a quiet machine: 2% to 6%), so two runs may disagree "
+                f"by about as much; measure again with nothing else running, or on another "
+                f"machine (benchmarks/bench_measure_noise.py says how far two runs agree)")
 
 
 class Chunk:
