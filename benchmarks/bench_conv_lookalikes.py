@@ -7,7 +7,9 @@ corpus's generated kernels: its spatial rank, window size, element type,
 multiply-adds (output elements x window taps x input features per group)
 and its label's picoseconds per multiply-add. The program's convolutions
 are grouped by (rank, window, type, feature groups or not; a window that
-spans the whole input, a filter gradient's, counts as one size); a group's
+spans more than half the input, a filter gradient's, counts as one size,
+"whole", and one strided as another, a dilated convolution's filter
+gradient); a group's
 look-alikes are the generated convolutions of that form whose multiply-adds
 lie in the group's range. Each group prints its median ps per
 multiply-add beside its look-alikes' (all of them; those with at least
@@ -46,8 +48,9 @@ def conv_form(r):
     """(spatial rank, window size, element type, grouped, multiply-adds, input
     features per group, output features) of an unfused convolution record,
     or None. The
-    window size is "whole" where it spans the whole input (a filter
-    gradient); grouped: feature_group_count > 1 (a depthwise convolution
+    window size is "whole" where it spans more than half of the input (a
+    filter gradient's spans all of it), "whole, strided" if it is strided
+    too (a dilated convolution's filter gradient); grouped: feature_group_count > 1 (a depthwise convolution
     runs far slower per multiply-add on a CPU)."""
     from tpuperf_cli.hlo import attrs
     from tpuperf_cli.hlo.parser import parse_module
@@ -63,10 +66,15 @@ def conv_form(r):
     taps = math.prod(rhs.dims[i] for i in d["kernel_spatial"])
     cin = rhs.dims[d["kernel_input_feature"]]
     cout = rhs.dims[d["kernel_output_feature"]]
-    window = [w["size"] for w in attrs.window(conv.attrs.get("window", "{}"))]
+    dims = attrs.window(conv.attrs.get("window", "{}"))
+    window = [w["size"] for w in dims]
     spatial = [lhs.dims[i] for i in d["input_spatial"]]
-    whole = math.prod(window) > 1 and all(w >= n for w, n in zip(window, spatial))
-    size = "whole" if whole else "x".join(map(str, window)) or "1"
+    # most of the input: a dilated convolution's filter gradient spans all
+    # but (taps - 1) dilations of it (WaveNet's: 512 of 528), strided by
+    # the dilation
+    whole = math.prod(window) > 1 and all(2 * w > n for w, n in zip(window, spatial))
+    strided = any(w["stride"] > 1 for w in dims)
+    size = ("whole, strided" if strided else "whole") if whole else "x".join(map(str, window)) or "1"
     grouped = int(conv.attrs.get("feature_group_count", "1")) > 1
     return (len(d["kernel_spatial"]), size, conv.shape.element_type, grouped,
             conv.shape.num_elements() * taps * cin, cin, cout)

@@ -614,3 +614,8 @@ def test_conv_lookalikes_counts_multiply_adds_per_feature_group():
         .replace("size=2 pad=1_0 rhs_dilate=2", "size=16")
     assert form({"opcode": "convolution", "hlo": gradient}) == (1, "whole", "f32", False,
                                                               8 * 6 * 16 * 4, 4, 6)
+    # a dilated convolution's filter gradient: 12 of 16 inputs, strided by 4, 2 taps out
+    strided = plain.replace("f32[2,4,6]", "f32[12,4,6]").replace("f32[8,16,6]", "f32[8,2,6]") \
+        .replace("size=2 pad=1_0 rhs_dilate=2", "size=12 stride=4")
+    assert form({"opcode": "convolution", "hlo": strided}) == (1, "whole, strided", "f32", False,
+                                                             8 * 2 * 6 * 12 * 4, 4, 6)

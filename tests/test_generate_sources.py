@@ -338,6 +338,28 @@ def test_heavy_windows_are_dilated_like_a_frameworks():
     assert causal, "a causal dilated window (WaveNet's form) is among them"
 
 
+def test_heavy_draws_filter_gradients_of_dilated_convolutions():
+    """A dilated 1-D convolution's filter gradient (WaveNet's: a window of
+    512 taps over 528 inputs, strided by the dilation 16, 2 outputs, the
+    layer's channels in the batch dim): the window spans all but (taps - 1)
+    strides of the input, unpadded."""
+    g = ops._Gen(random.Random(0))
+    texts = [heavy.DRAWS["convolution"][0](g)[1] for _ in range(400)]
+    found, channels_in_batch = 0, 0
+    for t in texts:
+        m = re.search(r"window=\{size=(\d+) stride=(\d+)\}, dim_labels=(\w+)_\w+->(\w+)", t)
+        if not m or int(m.group(1)) <= 64 or m.group(2) == "1":    # not the strided form
+            continue
+        size, stride, lhs_labels, out_labels = int(m.group(1)), int(m.group(2)), m.group(3), m.group(4)
+        lhs = [int(x) for x in re.search(r"%p0 = f32\[([0-9,]+)\]", t).group(1).split(",")]
+        out = [int(x) for x in re.search(r"ROOT %r = f32\[([0-9,]+)\]", t).group(1).split(",")]
+        width, taps = lhs[lhs_labels.index("0")], out[out_labels.index("0")]
+        assert taps in (2, 3) and size == width - (taps - 1) * stride, t
+        found += 1
+        channels_in_batch += lhs[lhs_labels.index("b")] > 32     # heavy's batch is at most 32
+    assert found >= 10 and channels_in_batch >= 2, (found, channels_in_batch)
+
+
 def test_heavy_draws_round_channel_counts_half_the_time():
     """Models use round channel counts, which XLA:CPU's convolutions run
     faster: heavy draws them for about half its convolutions, where a

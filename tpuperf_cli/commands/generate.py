@@ -69,7 +69,9 @@ candidate each):
            flops, beyond ops' cap: up to 512 features (round counts, as
            models', for half the convolutions), windows dilated up to 512
            with the pads frameworks write (none, same, causal), and filter
-           gradients' whole-input windows; compiled by XLA:CPU first,
+           gradients' whole-input windows (half of them a dilated
+           convolution's: strided by the dilation, the layer's channels
+           in the batch dim, as WaveNet's); compiled by XLA:CPU first,
            as ops' are. Draws from no programs and never ends. Records:
            program heavy:convolution or heavy:dot.
   indexed  gathers and scatters of many small slices, as GNN message

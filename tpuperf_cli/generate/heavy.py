@@ -18,7 +18,13 @@ This source draws as `ops` does (the same generators: random labels,
 layouts, strides and windows) from larger spaces: 3e6 to 2e9 flops, 8 to
 512 features, rhs dilations up to 512, pads of none, 'same' or causal
 around the dilated window, and now and then a window as large as the input
-(stride 1, padded to a small filter's size). Half the convolutions have
+(stride 1, padded to a small filter's size) or, for half of those, a
+dilated convolution's filter gradient as WaveNet's training writes it: a
+window of all but (taps - 1) dilations of the input, strided by the
+dilation, unpadded, the layer's input channels in the batch dim and the
+minibatch contracted as features (f32[48,528,8] with f32[512,8,48],
+window 512 stride 16: 2 taps; bench_conv_lookalikes.py found none of
+WaveNet's 26 such kernels had a look-alike in the corpus of 2026-11-28). Half the convolutions have
 round channel counts (multiples of 8, 16 or 32, or powers of two), as
 models do: odd counts cost XLA:CPU up to 1.5x a multiply-add
 (benchmarks/bench_conv_channels.py), and the committed corpus's 12,000,

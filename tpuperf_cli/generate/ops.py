@@ -660,8 +660,10 @@ def _window(g: _Gen, dims, allow_dilation=True, lhs_dilations=(1, 1, 1, 2),
             framework_pads=False):
     """(window attribute, output dims) of a random valid window over dims;
     each dim's size drawn from sizes, or with probability whole_p as large
-    as the dim (a filter gradient's window), its dilations from the tuples
-    (when allow_dilation). framework_pads: pads as frameworks write them
+    as the dim (a filter gradient's window; with dilation allowed, half of
+    those a dilated convolution's filter gradient: the dim less (taps - 1)
+    strides of a dilation), its dilations from the tuples (when
+    allow_dilation). framework_pads: pads as frameworks write them
     around a dilated window (none, 'same' or causal) instead of random ones
     under the window's size."""
     size, stride, pad, ld, rd, out = [], [], [], [], [], []
@@ -676,6 +678,14 @@ def _window(g: _Gen, dims, allow_dilation=True, lhs_dilations=(1, 1, 1, 2),
         if whole:       # a filter gradient: stride 1, padded to a small filter's size
             s, pad_k = 1, g.choice(sizes) - 1
             lo, hi = pad_k // 2, pad_k - pad_k // 2
+            strides = [x for x in rhs_dilations if 1 < x <= d // 2] if allow_dilation else []
+            if strides and g.rand() < 0.5:
+                # a dilated convolution's filter gradient (WaveNet's): the
+                # window spans all but (taps - 1) dilations of the input,
+                # strided by the dilation, unpadded: taps outputs
+                s = g.choice(strides)
+                taps = g.choice([t for t in (2, 2, 3) if (t - 1) * s <= d // 2])
+                k, lo, hi, l = d - (taps - 1) * s, 0, 0, 1
         elif framework_pads:
             span_k = (k - 1) * r_
             lo, hi = g.choice(((0, 0), (span_k // 2, span_k - span_k // 2), (span_k, 0)))
@@ -909,6 +919,11 @@ def _convolution(g: _Gen, space: ConvSpace = ConvSpace()):
                                   whole_p=space.whole_window_p,
                                   framework_pads=space.framework_pads)
         kernel = [int(x) for x in attr.split()[0][5:].split("x")]
+        if (space.whole_window_p and groups == 1 and bgroups == 1
+                and any(1 < k and 2 * k >= d for k, d in zip(kernel, spatial)) and g.rand() < 0.5):
+            # a filter gradient as training writes it: the layer's input
+            # channels in the batch dim, the minibatch contracted as features
+            n, cin = cin, n
         flops = 2 * (n // bgroups) * cout * math.prod(out) * math.prod(kernel) * (cin // groups)
         nbytes = BYTES[dt] * (n * cin * math.prod(spatial) + math.prod(kernel) * cin // groups * cout
                               + n // bgroups * cout * math.prod(out))
