@@ -619,3 +619,24 @@ def test_conv_lookalikes_counts_multiply_adds_per_feature_group():
         .replace("size=2 pad=1_0 rhs_dilate=2", "size=12 stride=4")
     assert form({"opcode": "convolution", "hlo": strided}) == (1, "whole, strided", "f32", False,
                                                              8 * 2 * 6 * 12 * 4, 4, 6)
+
+
+def test_measure_drift_divides_out_a_machine_wide_slowdown():
+    """benchmarks/bench_measure_drift.py: a slowdown every kernel of a round
+    shares is divided out by the round's median; windows then agree."""
+    import numpy as np
+
+    sys.path.insert(0, str(EX.parent / "benchmarks"))
+    import bench_measure_drift as drift
+
+    rng = np.random.default_rng(0)
+    rounds, kernels = 120, 8
+    own = np.log(rng.uniform(1e3, 1e6, kernels))                 # each kernel's own time
+    machine = np.log(rng.uniform(1.0, 2.0, rounds))[:, None]     # the round's slowdown
+    logs = own + machine
+    logs[0] = own                                                # one undisturbed round
+    raw = drift.pairwise(drift.fastest_in_windows(logs, 30))
+    assert raw.size == 6 * kernels and np.median(raw) > 0
+    slow = logs - logs.min(axis=0)
+    normed = logs - np.median(slow, axis=1)[:, None]
+    assert np.allclose(drift.pairwise(drift.fastest_in_windows(normed, 30)), 0, atol=1e-9)
