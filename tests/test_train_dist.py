@@ -126,11 +126,14 @@ def corpus(tmp_path):
 def test_torchrun_trains_like_one_process(tmp_path, corpus):
     """`torchrun --nproc_per_node 2 -m tpuperf_cli train`: one model file,
     progress once, a resume file with each rank's sampling state that a
-    resumed two-process run continues from, and a validation loss near that of
-    one process (the ranks draw their own examples, so not the same
-    weights), both far below an untrained model's."""
+    resumed two-process run continues from, and a validation loss within
+    the spread of one process's seeds (the ranks draw their own examples,
+    so not the same weights: which examples is as random as a seed, and
+    one process's seeds land 0.02 to 0.07 apart after 20 epochs, 0.07 to
+    0.5 after 6), all far below an untrained model's. That the steps'
+    arithmetic is one process's is test_two_processes_step_as_one's."""
     d, split = corpus
-    args = ["train", "--data", str(d / "*.zst"), "--split", str(split), "--epochs", "6",
+    args = ["train", "--data", str(d / "*.zst"), "--split", str(split), "--epochs", "20",
             "--batch-size", "8", "--lr", "0.01", "--hidden", "16", "--opcode-dim", "8",
             "--layers", "2", "--threads", "1"]
     two = tmp_path / "two.pt"
@@ -142,23 +145,25 @@ def test_torchrun_trains_like_one_process(tmp_path, corpus):
     assert r2.returncode == 0, r2.stderr
     state = torch.load(str(two) + ".resume", weights_only=True)
     assert len(state["rank_rngs"]) == 2 and state["rank_rngs"][0] != state["rank_rngs"][1]
-    r1 = subprocess.run([sys.executable, "-m", "tpuperf_cli", *args, "-o", str(one)],
-                        capture_output=True, text=True, env=env(), timeout=300)
-    assert r1.returncode == 0, r1.stderr
-    assert r2.stderr.count("train: wrote") == 1 and r2.stderr.count("epoch   6/6") == 1, r2.stderr
+    ones = [tmp_path / f"one{seed}.pt" for seed in range(3)]
+    for seed, one in enumerate(ones):
+        r1 = subprocess.run([sys.executable, "-m", "tpuperf_cli", *args, "-o", str(one), "--seed", str(seed)],
+                            capture_output=True, text=True, env=env(), timeout=300)
+        assert r1.returncode == 0, r1.stderr
+    assert r2.stderr.count("train: wrote") == 1 and r2.stderr.count("epoch  20/20") == 1, r2.stderr
     assert "2 processes (gloo), 4 graphs per process per step" in r2.stderr
     # resumed, still on two processes
-    r3 = subprocess.run([*torchrun, *args, "-o", str(two), "--resume", "--epochs", "7"], capture_output=True,
+    r3 = subprocess.run([*torchrun, *args, "-o", str(two), "--resume", "--epochs", "21"], capture_output=True,
                         text=True, env=env(), timeout=300)
     assert r3.returncode == 0, r3.stderr
-    assert r3.stderr.count("resuming") == 1 and r3.stderr.count("epoch   7/7") == 1, r3.stderr
+    assert r3.stderr.count("resuming") == 1 and r3.stderr.count("epoch  21/21") == 1, r3.stderr
     assert not os.path.exists(str(two) + ".resume")
-    m1 = torch.load(one, weights_only=True)["trained"]
+    m1s = [torch.load(one, weights_only=True)["trained"] for one in ones]
     m2 = torch.load(two, weights_only=True)["trained"]
-    assert m2["processes"] == 2 and "processes" not in m1
-    assert m1["examples"] == m2["examples"] == 72
-    l1 = min(h["valid_loss"] for h in [m1["valid_figures"]])
-    l2 = min(h["valid_loss"] for h in [m2["valid_figures"]])
+    assert m2["processes"] == 2 and all("processes" not in m1 for m1 in m1s)
+    assert all(m1["examples"] == m2["examples"] == 72 for m1 in m1s)
+    l1s = [m1["valid_figures"]["valid_loss"] for m1 in m1s]
+    l2 = m2["valid_figures"]["valid_loss"]
     untrained = 1.0         # predicting the training mean: the standardised target's variance
-    assert l1 < untrained / 3 and l2 < untrained / 3, (l1, l2)
-    assert abs(l1 - l2) < 0.5 * max(l1, l2), (l1, l2)
+    assert max(l1s) < untrained / 3 and l2 < untrained / 3, (l1s, l2)
+    assert min(l1s) / 2 < l2 < 2 * max(l1s), (l1s, l2)
