@@ -317,6 +317,36 @@ def test_ape_loss_trains_a_fusion_model_and_validates_on_mean_ape(shards, tmp_pa
     assert model.meta["loss"] == "ape"
 
 
+def test_huber_loss_is_squared_near_and_linear_far_and_validates_on_its_mean(shards, tmp_path):
+    from tpuperf_cli.model.train import HUBER_DELTA, huber_of_log_error
+
+    d = np.array([0.0, 0.1, -0.1, HUBER_DELTA, 1.0, -np.log(3.0)])
+    expected = torch.nn.functional.huber_loss(torch.tensor(d), torch.zeros(6), reduction="none",
+                                              delta=HUBER_DELTA).numpy()
+    assert huber_of_log_error(d) == pytest.approx(expected)
+    # within 1.25x squared; a kernel 3x off costs linearly, as much more as it is further
+    assert huber_of_log_error(np.array([0.1]))[0] == pytest.approx(0.005)
+    far = huber_of_log_error(np.array([np.log(3.0), np.log(9.0)]))
+    assert far[1] - far[0] == pytest.approx(HUBER_DELTA * np.log(3.0))
+    out = tmp_path / "huber.pt"
+    r = train([str(shards / "*.zst")], out, NetConfig(**TINY), fast_opts(epochs=8, loss="huber"),
+              split=str(shards / "split.json"), progress=quiet)
+    losses = [h["train_loss"] for h in r["history"]]
+    assert losses[-1] < 0.8 * losses[0], losses
+    valid = [h["valid_loss"] for h in r["history"]]
+    assert min(valid) < valid[0]
+    from tpuperf_cli.model.predict import load_model
+
+    model = load_model(str(out))
+    assert model.meta["loss"] == "huber"
+    # the validation loss is the mean Huber loss of the log error of what the model predicts
+    examples = [example(r) for r in read_records(str(shards / "synth3.zst")) if r.get("runtime_ns")]
+    pred = model.predict_examples(examples)
+    true = np.array([ex.runtime for ex in examples])
+    assert np.mean(huber_of_log_error(np.log(pred / true))) == pytest.approx(
+        torch.load(out, weights_only=True)["trained"]["valid_figures"]["valid_loss"], rel=1e-3)
+
+
 def test_noise_weights_halve_at_the_scale_and_keep_unknown_noise():
     from tpuperf_cli.model.train import noise_weights
 
@@ -691,11 +721,12 @@ def test_no_examples_is_a_clear_error(tmp_path):
 
 # ---------------------------------------------------------------- the command
 
-def test_ape_loss_for_the_tile_task_is_refused():
+@pytest.mark.parametrize("loss", ["ape", "huber"])
+def test_runtime_losses_for_the_tile_task_are_refused(loss):
     from tpuperf_cli.model.options import TrainOptions
 
-    with pytest.raises(TpuperfError, match="--loss ape fits runtimes"):
-        TrainOptions(task="tile", loss="ape").check()
+    with pytest.raises(TpuperfError, match=f"--loss {loss} fits runtimes"):
+        TrainOptions(task="tile", loss=loss).check()
 
 
 @pytest.mark.parametrize("loss", ["hinge", "logistic"])

@@ -32,12 +32,14 @@ def _source_weights(ctx, param, values) -> dict:
 @click.option("--task", type=click.Choice(["fusion", "tile"]), default="fusion", show_default=True,
               help="fusion: predict each kernel's runtime; tile: rank the configurations of each "
                    "kernel (records sharing program and kernel).")
-@click.option("--loss", type=click.Choice(["mse", "ape", "hinge", "logistic"]), default=None,
-              help="--task fusion: mse on log runtime (default), or ape: the absolute "
+@click.option("--loss", type=click.Choice(["mse", "ape", "huber", "hinge", "logistic"]), default=None,
+              help="--task fusion: mse on log runtime (default); ape: the absolute "
                    "percentage error |pred/runtime - 1| that MAPE averages (an over-estimate "
                    "costs more than an under-estimate; the validation loss is then the mean "
-                   "APE). --task tile: a pairwise rank loss within each kernel, hinge "
-                   "(default) or logistic.")
+                   "APE); or huber: the Huber loss of the log error, squared within 1.25x "
+                   "and linear beyond, so that a kernel far off pulls no harder than one "
+                   "1.25x off (the validation loss is then its mean). --task tile: a pairwise "
+                   "rank loss within each kernel, hinge (default) or logistic.")
 @click.option("--epochs", type=click.IntRange(1), default=100, show_default=True, help="At most this many epochs.")
 @click.option("--batch-size", type=click.IntRange(1), default=64, show_default=True,
               help="Graphs per step (under torchrun: in all, split across the processes).")

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from tpuperf_cli.model.config import NetConfig
 
 TASKS = ("fusion", "tile")
-LOSSES = ("mse", "ape", "hinge", "logistic")
-FUSION_LOSSES = ("mse", "ape")
+LOSSES = ("mse", "ape", "huber", "hinge", "logistic")
+FUSION_LOSSES = ("mse", "ape", "huber")
 
 
 @dataclass
@@ -27,7 +27,7 @@ class TrainOptions:
     """Options of the training loop (saved in the model file)."""
 
     task: str = "fusion"        # "fusion" (per-kernel runtime) or "tile" (rank a kernel's configs)
-    loss: str = ""              # fusion: "mse" (default) or "ape"; tile: "hinge" (default) or "logistic"
+    loss: str = ""              # fusion: "mse" (default), "ape" or "huber"; tile: "hinge" (default) or "logistic"
     epochs: int = 100           # at most this many epochs
     batch_size: int = 64        # graphs per step (tile: whole kernels, about this many configs)
     lr: float = 1e-3            # Adam learning rate (cosine decay to lr/10 over `epochs`)
@@ -76,8 +76,8 @@ class TrainOptions:
             raise TpuperfError(f"--loss {self.loss} is a pairwise rank loss between the tile "
                                f"configurations of a kernel, for --task tile; --task fusion "
                                f"fits runtimes with --loss mse or ape", exit_code=2)
-        if self.task == "tile" and self.loss == "ape":
-            raise TpuperfError("--loss ape fits runtimes, for --task fusion; --task tile "
+        if self.task == "tile" and self.loss in ("ape", "huber"):
+            raise TpuperfError(f"--loss {self.loss} fits runtimes, for --task fusion; --task tile "
                                "ranks configurations with --loss hinge or logistic", exit_code=2)
         if not self.monitor:
             self.monitor = "loss" if self.task == "fusion" else "tau"

@@ -95,6 +95,8 @@ def batch_loss(net: Net, b: Batch, opts: TrainOptions, device: str, log_std: flo
     y = torch.from_numpy(b.y).to(device)
     if opts.loss == "ape":
         return torch.mean(ape_of_log_error((pred - y) * log_std))
+    if opts.loss == "huber":
+        return torch.nn.functional.huber_loss(pred * log_std, y * log_std, delta=HUBER_DELTA)
     if opts.loss == "mse":
         if opts.noise_scale > 0:
             return torch.sum(noise_weights(b.noise, opts.noise_scale, device) * (pred - y) ** 2) / \
@@ -102,6 +104,18 @@ def batch_loss(net: Net, b: Batch, opts: TrainOptions, device: str, log_std: flo
         return torch.mean((pred - y) ** 2)
     group = torch.from_numpy(b.group).to(device)
     return rank_loss(pred, y, group, opts.loss, opts.margin)
+
+
+# --loss huber: squared within this natural-log error (1.25x either way),
+# linear beyond, so that a kernel 3x off (a label the machine got wrong, a
+# form the features miss) pulls no harder than one 1.25x off
+HUBER_DELTA = math.log(1.25)
+
+
+def huber_of_log_error(d):
+    """The Huber loss of natural-log errors d (numpy), as --loss huber trains."""
+    a = np.abs(d)
+    return np.where(a <= HUBER_DELTA, 0.5 * d * d, HUBER_DELTA * (a - 0.5 * HUBER_DELTA))
 
 
 def ape_of_log_error(d):
@@ -124,8 +138,9 @@ def evaluate(model: Model, corpus: Corpus, opts: TrainOptions, batch_size: int =
     With a data-parallel `dist`, each rank predicts its share and the
     predictions are gathered: every rank returns the same figures.
 
-    Returns {"loss", "mape", "tau", "programs", "kernels"}: fusion: MSE of the
-    standardised log runtime; median over programs of MAPE and Kendall's tau
+    Returns {"loss", "mape", "tau", "programs", "kernels"}: fusion: the
+    training loss's (MSE of the standardised log runtime, mean APE, or the
+    Huber loss of the natural-log error); median over programs of MAPE and Kendall's tau
     on kernels >= min_runtime_ns. Tile: mean per-kernel tau and Tile-Size APE
     (as "mape").
     """
@@ -162,7 +177,12 @@ def evaluate(model: Model, corpus: Corpus, opts: TrainOptions, batch_size: int =
         for idx in metrics.group_indices([k[0] for k in keys]).values():
             rows.append(metrics.fusion_metrics(pred[idx], true[idx], opts.min_runtime_ns))
         # the validation loss is the training loss's: MSE of the standardised log, or mean APE
-        loss = float(np.mean(np.abs(pred / true - 1))) if opts.loss == "ape" else float(np.mean((yp - y) ** 2))
+        if opts.loss == "ape":
+            loss = float(np.mean(np.abs(pred / true - 1)))
+        elif opts.loss == "huber":
+            loss = float(np.mean(huber_of_log_error(np.log(pred / true))))
+        else:
+            loss = float(np.mean((yp - y) ** 2))
         return {"loss": loss,
                 "mape": metrics.nanmedian([r["mape"] for r in rows]),
                 "tau": metrics.nanmedian([r["tau"] for r in rows]),
