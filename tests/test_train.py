@@ -301,20 +301,27 @@ def test_ape_loss_is_the_relative_error_and_stays_linear_far_out():
     assert np.isfinite(d.grad.numpy()).all() and float(d.grad[4]) == pytest.approx(np.exp(2), rel=1e-5)
 
 
-def test_ape_loss_trains_a_fusion_model_and_validates_on_mean_ape(shards, tmp_path):
-    out = tmp_path / "ape.pt"
-    r = train([str(shards / "*.zst")], out, NetConfig(**TINY), fast_opts(epochs=8, loss="ape"),
+def trained_with_loss(shards, tmp_path, loss):
+    """(validation losses by epoch, the model file, the loaded model) of a
+    tiny model trained 8 epochs with --loss; its training loss fell and the
+    file records the loss."""
+    from tpuperf_cli.model.predict import load_model
+
+    out = tmp_path / f"{loss}.pt"
+    r = train([str(shards / "*.zst")], out, NetConfig(**TINY), fast_opts(epochs=8, loss=loss),
               split=str(shards / "split.json"), progress=quiet)
     losses = [h["train_loss"] for h in r["history"]]
     assert losses[-1] < 0.8 * losses[0], losses
-    # the validation loss is a mean |pred/runtime - 1|, not an MSE of standardised logs
-    valid = [h["valid_loss"] for h in r["history"]]
-    assert all(0 <= v < 50 for v in valid) and min(valid) < valid[0]
-    assert torch.load(out, weights_only=True)["loss"] == "ape"
-    from tpuperf_cli.model.predict import load_model
-
+    assert torch.load(out, weights_only=True)["loss"] == loss
     model = load_model(str(out))
-    assert model.meta["loss"] == "ape"
+    assert model.meta["loss"] == loss
+    return [h["valid_loss"] for h in r["history"]], out, model
+
+
+def test_ape_loss_trains_a_fusion_model_and_validates_on_mean_ape(shards, tmp_path):
+    valid, _, _ = trained_with_loss(shards, tmp_path, "ape")
+    # the validation loss is a mean |pred/runtime - 1|, not an MSE of standardised logs
+    assert all(0 <= v < 50 for v in valid) and min(valid) < valid[0]
 
 
 def test_huber_loss_is_squared_near_and_linear_far_and_validates_on_its_mean(shards, tmp_path):
@@ -328,17 +335,8 @@ def test_huber_loss_is_squared_near_and_linear_far_and_validates_on_its_mean(sha
     assert huber_of_log_error(np.array([0.1]))[0] == pytest.approx(0.005)
     far = huber_of_log_error(np.array([np.log(3.0), np.log(9.0)]))
     assert far[1] - far[0] == pytest.approx(HUBER_DELTA * np.log(3.0))
-    out = tmp_path / "huber.pt"
-    r = train([str(shards / "*.zst")], out, NetConfig(**TINY), fast_opts(epochs=8, loss="huber"),
-              split=str(shards / "split.json"), progress=quiet)
-    losses = [h["train_loss"] for h in r["history"]]
-    assert losses[-1] < 0.8 * losses[0], losses
-    valid = [h["valid_loss"] for h in r["history"]]
+    valid, out, model = trained_with_loss(shards, tmp_path, "huber")
     assert min(valid) < valid[0]
-    from tpuperf_cli.model.predict import load_model
-
-    model = load_model(str(out))
-    assert model.meta["loss"] == "huber"
     # the validation loss is the mean Huber loss of the log error of what the model predicts
     examples = [example(r) for r in read_records(str(shards / "synth3.zst")) if r.get("runtime_ns")]
     pred = model.predict_examples(examples)
