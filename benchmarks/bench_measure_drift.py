@@ -55,6 +55,15 @@ def fastest_in_windows(logs, window):
     return np.array([np.nanmin(logs[k * window:(k + 1) * window], axis=0) for k in range(n)])
 
 
+def divided_by_round(logs):
+    """(each log sample less its round's median log slowdown, that slowdown
+    per round, each sample's log slowdown against its kernel's fastest):
+    the most a canary could know of the machine's speed in each round."""
+    slow = logs - np.nanmin(logs, axis=0)
+    round_factor = np.nanmedian(slow, axis=1)
+    return logs - round_factor[:, None], round_factor, slow
+
+
 def text(gaps):
     if not gaps.size:
         return "n/a (fewer than 2 windows)"
@@ -108,8 +117,7 @@ def main():
             row.append(math.log(per_trip) if per_trip > 0 else np.nan)
         rows.append(row)
     logs = np.array(rows)                                        # rounds x kernels
-    slow = logs - np.nanmin(logs, axis=0)                        # log slowdown vs own fastest
-    round_factor = np.nanmedian(slow, axis=1)
+    normed, round_factor, slow = divided_by_round(logs)
 
     print(f"target: {m.target.get('chip')} ({m.target.get('cpu')}), clock {m.clock}")
     print(f"{len(ready)} kernels (corpus labels >= {args.min_us:g} us), {len(rows)} rounds "
@@ -120,7 +128,6 @@ def main():
     w = args.window
     print(f"\nthe same kernel's fastest sample in windows of {w} rounds, two windows apart:")
     print(f"  as measured:                         {text(pairwise(fastest_in_windows(logs, w)))}")
-    normed = logs - round_factor[:, None]
     print(f"  each sample / its round's slowdown:  {text(pairwise(fastest_in_windows(normed, w)))}")
     canaries = []
     for c in range(logs.shape[1]):

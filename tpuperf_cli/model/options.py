@@ -75,7 +75,7 @@ class TrainOptions:
         if self.task == "fusion" and self.loss not in FUSION_LOSSES:
             raise TpuperfError(f"--loss {self.loss} is a pairwise rank loss between the tile "
                                f"configurations of a kernel, for --task tile; --task fusion "
-                               f"fits runtimes with --loss mse or ape", exit_code=2)
+                               f"fits runtimes with --loss mse, ape or huber", exit_code=2)
         if self.task == "tile" and self.loss in ("ape", "huber"):
             raise TpuperfError(f"--loss {self.loss} fits runtimes, for --task fusion; --task tile "
                                "ranks configurations with --loss hinge or logistic", exit_code=2)

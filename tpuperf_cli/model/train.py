@@ -176,7 +176,8 @@ def evaluate(model: Model, corpus: Corpus, opts: TrainOptions, batch_size: int =
         rows = []
         for idx in metrics.group_indices([k[0] for k in keys]).values():
             rows.append(metrics.fusion_metrics(pred[idx], true[idx], opts.min_runtime_ns))
-        # the validation loss is the training loss's: MSE of the standardised log, or mean APE
+        # the validation loss is the training loss's: MSE of the standardised log, mean APE,
+        # or the mean Huber loss of the log error
         if opts.loss == "ape":
             loss = float(np.mean(np.abs(pred / true - 1)))
         elif opts.loss == "huber":
