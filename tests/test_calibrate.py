@@ -304,6 +304,39 @@ def test_fitting_stops_after_patience_epochs_without_a_better_validation_error()
     assert len(fitted_batches) == 3     # one batch of 6 kernels an epoch, 3 epochs
 
 
+def test_fitting_trains_with_the_loss_the_base_was_trained_with(monkeypatch):
+    """A base trained with --loss huber is adapted with the Huber loss of the
+    log error (in natural-log units: the standardised error times the
+    scale's std), one trained with MSE with MSE."""
+    import copy
+
+    import torch
+
+    from tpuperf_cli.calibrate import Fitter, all_params
+    from tpuperf_cli.model import default_model_path
+    from tpuperf_cli.model.examples import example
+    from tpuperf_cli.model.predict import build, read_model_file
+    from tpuperf_cli.model.train import HUBER_DELTA
+
+    records = [r for r in read_records(str(GRAPHS / "mlp_s_train.zst")) if r.get("runtime_ns")]
+    examples = [example(r, i, "measured") for i, r in enumerate(records[:6], 1)]
+    calls = []
+    huber = torch.nn.functional.huber_loss
+
+    def counting(pred, y, delta):
+        calls.append(delta)
+        return huber(pred, y, delta=delta)
+
+    monkeypatch.setattr(torch.nn.functional, "huber_loss", counting)
+    for loss, expected in (("mse", []), ("huber", [HUBER_DELTA] * 2)):
+        calls.clear()
+        model = build(read_model_file(default_model_path()), default_model_path())
+        model.meta = dict(model.meta, loss=loss)
+        Fitter(model, log=lambda m: None, threads=1).train(
+            copy.copy(model), examples, [], all_params, lr=1e-4, seconds=600, max_epochs=2)
+        assert calls == expected, loss      # one batch of 6 kernels an epoch
+
+
 def test_the_winner_is_fitted_on_other_splits_and_joined_into_one_saved_ensemble(tmp_path):
     """adapt fits the winning method again on other splits of the programs
     and joins the fits: the model predicts their geometric mean, and it
