@@ -307,9 +307,11 @@ def test_fitting_stops_after_patience_epochs_without_a_better_validation_error()
 def test_fitting_trains_with_the_loss_the_base_was_trained_with(monkeypatch):
     """A base trained with --loss huber is adapted with the Huber loss of the
     log error (in natural-log units: the standardised error times the
-    scale's std), one trained with MSE with MSE."""
+    scale's std), squared within the base's --huber-within; one trained with
+    MSE with MSE."""
     import copy
 
+    import numpy as np
     import torch
 
     from tpuperf_cli.calibrate import Fitter, all_params
@@ -328,10 +330,13 @@ def test_fitting_trains_with_the_loss_the_base_was_trained_with(monkeypatch):
         return huber(pred, y, delta=delta)
 
     monkeypatch.setattr(torch.nn.functional, "huber_loss", counting)
-    for loss, expected in (("mse", []), ("huber", [HUBER_DELTA] * 2)):
+    for loss, within, expected in (("mse", None, []), ("huber", None, [HUBER_DELTA] * 2),
+                                   ("huber", 1.1, [pytest.approx(np.log(1.1))] * 2)):
         calls.clear()
         model = build(read_model_file(default_model_path()), default_model_path())
-        model.meta = dict(model.meta, loss=loss)
+        trained = dict(model.meta.get("trained") or {})
+        trained["options"] = dict(trained.get("options") or {}, huber_within=within)
+        model.meta = dict(model.meta, loss=loss, trained=trained)
         Fitter(model, log=lambda m: None, threads=1).train(
             copy.copy(model), examples, [], all_params, lr=1e-4, seconds=600, max_epochs=2)
         assert calls == expected, loss      # one batch of 6 kernels an epoch

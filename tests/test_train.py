@@ -301,14 +301,14 @@ def test_ape_loss_is_the_relative_error_and_stays_linear_far_out():
     assert np.isfinite(d.grad.numpy()).all() and float(d.grad[4]) == pytest.approx(np.exp(2), rel=1e-5)
 
 
-def trained_with_loss(shards, tmp_path, loss):
+def trained_with_loss(shards, tmp_path, loss, **opts):
     """(validation losses by epoch, the model file, the loaded model) of a
-    tiny model trained 8 epochs with --loss; its training loss fell and the
-    file records the loss."""
+    tiny model trained 8 epochs with --loss (and `opts`); its training loss
+    fell and the file records the loss."""
     from tpuperf_cli.model.predict import load_model
 
     out = tmp_path / f"{loss}.pt"
-    r = train([str(shards / "*.zst")], out, NetConfig(**TINY), fast_opts(epochs=8, loss=loss),
+    r = train([str(shards / "*.zst")], out, NetConfig(**TINY), fast_opts(epochs=8, loss=loss, **opts),
               split=str(shards / "split.json"), progress=quiet)
     losses = [h["train_loss"] for h in r["history"]]
     assert losses[-1] < 0.8 * losses[0], losses
@@ -343,6 +343,30 @@ def test_huber_loss_is_squared_near_and_linear_far_and_validates_on_its_mean(sha
     true = np.array([ex.runtime for ex in examples])
     assert np.mean(huber_of_log_error(np.log(pred / true))) == pytest.approx(
         torch.load(out, weights_only=True)["trained"]["valid_figures"]["valid_loss"], rel=1e-3)
+
+
+def test_huber_within_sets_where_the_loss_turns_linear_in_training_and_validation(shards, tmp_path):
+    from tpuperf_cli.model.options import TrainOptions
+    from tpuperf_cli.model.train import huber_of_log_error
+
+    delta = np.log(1.1)
+    d = np.array([0.0, 0.05, -0.2, 1.0])
+    expected = torch.nn.functional.huber_loss(torch.tensor(d), torch.zeros(4), reduction="none",
+                                              delta=delta).numpy()
+    assert huber_of_log_error(d, delta) == pytest.approx(expected)
+    with pytest.raises(TpuperfError, match="--huber-within shapes --loss huber"):
+        TrainOptions(loss="mse", huber_within=1.1).check()
+    with pytest.raises(TpuperfError, match="ratio above 1"):
+        TrainOptions(loss="huber", huber_within=0.9).check()
+    _, out, model = trained_with_loss(shards, tmp_path, "huber", huber_within=1.1)
+    trained = torch.load(out, weights_only=True)["trained"]
+    assert trained["options"]["huber_within"] == 1.1        # calibrate reads it
+    examples = [example(r) for r in read_records(str(shards / "synth3.zst")) if r.get("runtime_ns")]
+    err = np.log(model.predict_examples(examples) / np.array([ex.runtime for ex in examples]))
+    assert np.mean(huber_of_log_error(err, delta)) == pytest.approx(
+        trained["valid_figures"]["valid_loss"], rel=1e-3)
+    assert np.mean(huber_of_log_error(err)) != pytest.approx(trained["valid_figures"]["valid_loss"],
+                                                             rel=1e-3)
 
 
 def test_noise_weights_halve_at_the_scale_and_keep_unknown_noise():

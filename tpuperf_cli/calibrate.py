@@ -581,6 +581,9 @@ class Fitter:
 
         set_threads(self.threads)
         huber = self.base.meta.get("loss") == "huber"
+        # the ratio the base's loss squared within (train --huber-within)
+        options = (self.base.meta.get("trained") or {}).get("options") or {}
+        delta = math.log(float(options["huber_within"])) if options.get("huber_within") else HUBER_DELTA
         net = model.net
         for p in net.parameters():
             p.requires_grad_(False)
@@ -605,7 +608,7 @@ class Fitter:
                 y = torch.from_numpy(b.y)
                 if huber:
                     log_std = float(model.scaler.std)
-                    loss = torch.nn.functional.huber_loss(pred * log_std, y * log_std, delta=HUBER_DELTA)
+                    loss = torch.nn.functional.huber_loss(pred * log_std, y * log_std, delta=delta)
                 else:
                     loss = torch.mean((pred - y) ** 2)
                 opt.zero_grad()

@@ -36,10 +36,13 @@ def _source_weights(ctx, param, values) -> dict:
               help="--task fusion: mse on log runtime (default); ape: the absolute "
                    "percentage error |pred/runtime - 1| that MAPE averages (an over-estimate "
                    "costs more than an under-estimate; the validation loss is then the mean "
-                   "APE); or huber: the Huber loss of the log error, squared within 1.25x "
-                   "and linear beyond, so that a kernel far off pulls no harder than one "
-                   "1.25x off (the validation loss is then its mean). --task tile: a pairwise "
+                   "APE); or huber: the Huber loss of the log error, squared within "
+                   "--huber-within (1.25x) and linear beyond, so that a kernel far off pulls "
+                   "no harder than one 1.25x off (the validation loss is then its mean). --task tile: a pairwise "
                    "rank loss within each kernel, hinge (default) or logistic.")
+@click.option("--huber-within", type=click.FloatRange(1, min_open=True), default=1.25, show_default=True,
+              help="--loss huber: the ratio within which the log error is squared (1.25: a "
+                   "kernel 1.25x off either way); beyond it the loss grows linearly.")
 @click.option("--epochs", type=click.IntRange(1), default=100, show_default=True, help="At most this many epochs.")
 @click.option("--batch-size", type=click.IntRange(1), default=64, show_default=True,
               help="Graphs per step (under torchrun: in all, split across the processes).")
@@ -176,7 +179,7 @@ def _source_weights(ctx, param, values) -> dict:
                    "--epochs N.")
 @click.option("--name", help="Model name stem recorded in predictions (default: FILE's file name).")
 @quiet_option(help="No progress lines or summary on stderr (warnings still go there).")
-def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, weight_decay, margin,
+def cli(files, data, output, valid, split, task, loss, huber_within, epochs, batch_size, lr, weight_decay, margin,
         noise_scale, teacher, teacher_weight, teacher_data, patience, monitor, min_us, label_floor_us, even,
         generated_share, generated_even, source_weight,
         kernel_features, configs,
@@ -305,7 +308,8 @@ def cli(files, data, output, valid, split, task, loss, epochs, batch_size, lr, w
                             label_floor_us, even,
                             generated_share, generated_even, source_weight, kernel_features,
                             memory_mb, seed, threads, max_time, trees, leaves, resume, name, quiet)
-    opts = TrainOptions(task=task, loss=loss or "", epochs=epochs, batch_size=batch_size, lr=lr or 1e-3,
+    opts = TrainOptions(task=task, loss=loss or "", huber_within=huber_within, epochs=epochs,
+                        batch_size=batch_size, lr=lr or 1e-3,
                         weight_decay=weight_decay, margin=margin, noise_scale=noise_scale,
                         patience=patience,
                         monitor=monitor or "", min_runtime_ns=min_us * 1000.0,

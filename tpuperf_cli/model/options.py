@@ -28,6 +28,7 @@ class TrainOptions:
 
     task: str = "fusion"        # "fusion" (per-kernel runtime) or "tile" (rank a kernel's configs)
     loss: str = ""              # fusion: "mse" (default), "ape" or "huber"; tile: "hinge" (default) or "logistic"
+    huber_within: float = 1.25  # --loss huber: squared within this ratio either way, linear beyond
     epochs: int = 100           # at most this many epochs
     batch_size: int = 64        # graphs per step (tile: whole kernels, about this many configs)
     lr: float = 1e-3            # Adam learning rate (cosine decay to lr/10 over `epochs`)
@@ -79,6 +80,10 @@ class TrainOptions:
         if self.task == "tile" and self.loss in ("ape", "huber"):
             raise TpuperfError(f"--loss {self.loss} fits runtimes, for --task fusion; --task tile "
                                "ranks configurations with --loss hinge or logistic", exit_code=2)
+        if not self.huber_within > 1:
+            raise TpuperfError("--huber-within must be a ratio above 1 (1.25: within 1.25x)", exit_code=2)
+        if self.huber_within != 1.25 and self.loss != "huber":
+            raise TpuperfError("--huber-within shapes --loss huber; give that too", exit_code=2)
         if not self.monitor:
             self.monitor = "loss" if self.task == "fusion" else "tau"
         if self.monitor not in ("loss", "mape", "tau"):

@@ -96,7 +96,8 @@ def batch_loss(net: Net, b: Batch, opts: TrainOptions, device: str, log_std: flo
     if opts.loss == "ape":
         return torch.mean(ape_of_log_error((pred - y) * log_std))
     if opts.loss == "huber":
-        return torch.nn.functional.huber_loss(pred * log_std, y * log_std, delta=HUBER_DELTA)
+        return torch.nn.functional.huber_loss(pred * log_std, y * log_std,
+                                              delta=math.log(opts.huber_within))
     if opts.loss == "mse":
         if opts.noise_scale > 0:
             return torch.sum(noise_weights(b.noise, opts.noise_scale, device) * (pred - y) ** 2) / \
@@ -106,16 +107,17 @@ def batch_loss(net: Net, b: Batch, opts: TrainOptions, device: str, log_std: flo
     return rank_loss(pred, y, group, opts.loss, opts.margin)
 
 
-# --loss huber: squared within this natural-log error (1.25x either way),
-# linear beyond, so that a kernel 3x off (a label the machine got wrong, a
-# form the features miss) pulls no harder than one 1.25x off
+# --loss huber: squared within this natural-log error (1.25x either way, the
+# default of --huber-within), linear beyond, so that a kernel 3x off (a label
+# the machine got wrong, a form the features miss) pulls no harder than one
+# 1.25x off
 HUBER_DELTA = math.log(1.25)
 
 
-def huber_of_log_error(d):
+def huber_of_log_error(d, delta: float = HUBER_DELTA):
     """The Huber loss of natural-log errors d (numpy), as --loss huber trains."""
     a = np.abs(d)
-    return np.where(a <= HUBER_DELTA, 0.5 * d * d, HUBER_DELTA * (a - 0.5 * HUBER_DELTA))
+    return np.where(a <= delta, 0.5 * d * d, delta * (a - 0.5 * delta))
 
 
 def ape_of_log_error(d):
@@ -181,7 +183,7 @@ def evaluate(model: Model, corpus: Corpus, opts: TrainOptions, batch_size: int =
         if opts.loss == "ape":
             loss = float(np.mean(np.abs(pred / true - 1)))
         elif opts.loss == "huber":
-            loss = float(np.mean(huber_of_log_error(np.log(pred / true))))
+            loss = float(np.mean(huber_of_log_error(np.log(pred / true), math.log(opts.huber_within))))
         else:
             loss = float(np.mean((yp - y) ** 2))
         return {"loss": loss,
