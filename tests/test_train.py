@@ -358,6 +358,11 @@ def test_huber_within_sets_where_the_loss_turns_linear_in_training_and_validatio
         TrainOptions(loss="mse", huber_within=1.1).check()
     with pytest.raises(TpuperfError, match="ratio above 1"):
         TrainOptions(loss="huber", huber_within=0.9).check()
+    from tpuperf_cli.commands.train import cli
+    from tpuperf_cli.model.options import HUBER_WITHIN
+
+    # the command's default is the options' (written out there for start-up's sake)
+    assert next(p for p in cli.params if p.name == "huber_within").default == HUBER_WITHIN
     _, out, model = trained_with_loss(shards, tmp_path, "huber", huber_within=1.1)
     trained = torch.load(out, weights_only=True)["trained"]
     assert trained["options"]["huber_within"] == 1.1        # calibrate reads it

@@ -576,14 +576,15 @@ class Fitter:
         import torch
 
         from tpuperf_cli.model import set_threads
-        from tpuperf_cli.model.net import to_device
-        from tpuperf_cli.model.train import HUBER_DELTA
+        from tpuperf_cli.model.options import HUBER_WITHIN, TrainOptions
+        from tpuperf_cli.model.train import batch_loss
 
         set_threads(self.threads)
-        huber = self.base.meta.get("loss") == "huber"
-        # the ratio the base's loss squared within (train --huber-within)
+        # training's own loss: Huber (within the base's --huber-within) for a
+        # base trained with it, else MSE of the standardised log runtime
         options = (self.base.meta.get("trained") or {}).get("options") or {}
-        delta = math.log(float(options["huber_within"])) if options.get("huber_within") else HUBER_DELTA
+        fit = TrainOptions(loss="huber" if self.base.meta.get("loss") == "huber" else "mse",
+                           huber_within=float(options.get("huber_within") or HUBER_WITHIN))
         net = model.net
         for p in net.parameters():
             p.requires_grad_(False)
@@ -604,13 +605,7 @@ class Fitter:
             idx = rng.permutation(len(train))
             for s in range(0, len(idx), 32):
                 b = model.batch([train[i] for i in idx[s:s + 32]])
-                pred = net(to_device(b))
-                y = torch.from_numpy(b.y)
-                if huber:
-                    log_std = float(model.scaler.std)
-                    loss = torch.nn.functional.huber_loss(pred * log_std, y * log_std, delta=delta)
-                else:
-                    loss = torch.mean((pred - y) ** 2)
+                loss = batch_loss(net, b, fit, "cpu", float(model.scaler.std))
                 opt.zero_grad()
                 loss.backward()
                 opt.step()

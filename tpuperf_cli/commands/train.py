@@ -40,6 +40,7 @@ def _source_weights(ctx, param, values) -> dict:
                    "--huber-within (1.25x) and linear beyond, so that a kernel far off pulls "
                    "no harder than one 1.25x off (the validation loss is then its mean). --task tile: a pairwise "
                    "rank loss within each kernel, hinge (default) or logistic.")
+# default: model.options.HUBER_WITHIN, not imported here to keep the CLI's start-up light
 @click.option("--huber-within", type=click.FloatRange(1, min_open=True), default=1.25, show_default=True,
               help="--loss huber: the ratio within which the log error is squared (1.25: a "
                    "kernel 1.25x off either way); beyond it the loss grows linearly.")

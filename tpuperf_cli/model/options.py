@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 TASKS = ("fusion", "tile")
 LOSSES = ("mse", "ape", "huber", "hinge", "logistic")
 FUSION_LOSSES = ("mse", "ape", "huber")
+# --huber-within's default: --loss huber squares log errors within 1.25x either way
+HUBER_WITHIN = 1.25
 
 
 @dataclass
@@ -28,7 +30,7 @@ class TrainOptions:
 
     task: str = "fusion"        # "fusion" (per-kernel runtime) or "tile" (rank a kernel's configs)
     loss: str = ""              # fusion: "mse" (default), "ape" or "huber"; tile: "hinge" (default) or "logistic"
-    huber_within: float = 1.25  # --loss huber: squared within this ratio either way, linear beyond
+    huber_within: float = HUBER_WITHIN  # --loss huber: squared within this ratio either way, linear beyond
     epochs: int = 100           # at most this many epochs
     batch_size: int = 64        # graphs per step (tile: whole kernels, about this many configs)
     lr: float = 1e-3            # Adam learning rate (cosine decay to lr/10 over `epochs`)
@@ -82,7 +84,7 @@ class TrainOptions:
                                "ranks configurations with --loss hinge or logistic", exit_code=2)
         if not self.huber_within > 1:
             raise TpuperfError("--huber-within must be a ratio above 1 (1.25: within 1.25x)", exit_code=2)
-        if self.huber_within != 1.25 and self.loss != "huber":
+        if self.huber_within != HUBER_WITHIN and self.loss != "huber":
             raise TpuperfError("--huber-within shapes --loss huber; give that too", exit_code=2)
         if not self.monitor:
             self.monitor = "loss" if self.task == "fusion" else "tau"

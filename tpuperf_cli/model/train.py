@@ -37,7 +37,7 @@ from tpuperf_cli.model import check_device, set_threads
 from tpuperf_cli.model.data import Batch, Corpus, expand, make_batch
 from tpuperf_cli.model.dist import Dist
 from tpuperf_cli.model.examples import Scaler
-from tpuperf_cli.model.options import TrainOptions
+from tpuperf_cli.model.options import HUBER_WITHIN, TrainOptions
 from tpuperf_cli.records import TARGET_KEYS
 from tpuperf_cli.split import load_split
 
@@ -111,7 +111,7 @@ def batch_loss(net: Net, b: Batch, opts: TrainOptions, device: str, log_std: flo
 # default of --huber-within), linear beyond, so that a kernel 3x off (a label
 # the machine got wrong, a form the features miss) pulls no harder than one
 # 1.25x off
-HUBER_DELTA = math.log(1.25)
+HUBER_DELTA = math.log(HUBER_WITHIN)
 
 
 def huber_of_log_error(d, delta: float = HUBER_DELTA):
