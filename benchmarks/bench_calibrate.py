@@ -154,7 +154,16 @@ def main():
 
     here = machine_target()
     corpus = args.corpus or [cal.default_corpus(args.backend)]
-    manifest = json.load(open(Path(corpus[0]).resolve().parent / "manifest.json"))
+    manifest_path = Path(corpus[0]).resolve().parent / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError) as e:
+        sys.exit(f"bench_calibrate: --corpus {corpus[0]}: no readable manifest.json in the "
+                 f"directory above it ({manifest_path}: {getattr(e, 'strerror', None) or e})")
+    # every model read now, before minutes of timing: a wrong path fails at once
+    bundled = load_model(args.model or cal.default_base(args.backend)[0])   # calibrate's own
+    scratches = [load_model(path) for path in args.scratch_model]
+    calibrated_model = load_model(args.calibrated) if args.calibrated else None
     cpu = here.get("cpu", {})
     machine = (f"{here['chip']} (vendor {cpu.get('vendor')}, family {cpu.get('family')}, "
                f"model {cpu.get('model')}, stepping {cpu.get('stepping')}; caches "
@@ -220,7 +229,6 @@ def main():
 
     # 2. calibrate, its budget all included, the test programs left out
     if args.calibrated:
-        calibrated_model = load_model(args.calibrated)
         meta = calibrated_meta(calibrated_model)
         result = {"method": meta.get("method", "?"), "members": meta.get("members", 1),
                   "models": {}}
@@ -274,7 +282,6 @@ def main():
 
     # 4. figures on the test set (labels: the geometric mean of the two timings)
     preds = {}
-    bundled = load_model(args.model or cal.default_base(args.backend)[0])   # calibrate's own
     preds["bundled"] = bundled.predict_examples(test_examples())
     calibrated = f"calibrated ({result['method']}{cal.joined_text(result['members'], args.join)})"
     preds[calibrated] = calibrated_model.predict_examples(test_examples())
@@ -282,7 +289,6 @@ def main():
         if method != "base":
             preds[f"  {method} (fitted on calibrate's fitting programs)"] = cal.Fitter.predict(
                 model, test_examples())
-    scratches = [load_model(path) for path in args.scratch_model]
     scratch_rows = [f"scratch ({m.kind}, --scratch-model {i + 1})" for i, m in enumerate(scratches)]
     for name, m in zip(scratch_rows, scratches):
         preds[name] = m.predict_examples(test_examples())
@@ -396,4 +402,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from tpuperf_cli.errors import TpuperfError
+
+    try:
+        main()
+    except TpuperfError as e:   # a user's mistake (no corpus, a wrong model): one line
+        sys.exit(f"bench_calibrate: error: {e}")

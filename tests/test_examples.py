@@ -640,3 +640,23 @@ def test_measure_drift_divides_out_a_machine_wide_slowdown():
     normed, round_factor, _ = drift.divided_by_round(logs)
     assert np.allclose(round_factor, np.r_[0.0, machine[1:, 0]])      # round 0 undisturbed
     assert np.allclose(drift.pairwise(drift.fastest_in_windows(normed, 30)), 0, atol=1e-9)
+
+
+def test_bench_calibrate_refuses_bad_inputs_before_timing(tmp_path):
+    """benchmarks/bench_calibrate.py: a corpus without a manifest or a model
+    that is not one fails at once with one line (no traceback), before the
+    minutes of timing the test kernels."""
+    import subprocess
+
+    script = str(EX.parent / "benchmarks" / "bench_calibrate.py")
+    (tmp_path / "graphs").mkdir()
+    not_a_model = tmp_path / "m.pt"
+    not_a_model.write_text("not a model")
+    for argv, said in ((["--corpus", str(tmp_path / "graphs")], "no readable manifest.json"),
+                       (["--model", str(tmp_path / "none.pt")], "none.pt: No such file"),
+                       (["--scratch-model", str(not_a_model)], "not a tpuperf model file")):
+        p = subprocess.run([sys.executable, script, "--budget", "5s", *argv],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 1, p.stderr
+        assert said in p.stderr and "Traceback" not in p.stderr
+        assert "test set:" not in p.stdout
