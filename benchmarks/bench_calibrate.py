@@ -138,6 +138,7 @@ def main():
     budget_s = parse_budget(None, None, args.budget)
 
     from tpuperf_cli import metrics
+    from tpuperf_cli.errors import read_file
     from tpuperf_cli.measure import MeasureSession
     from tpuperf_cli.measure.cache import Cache
     from tpuperf_cli.measure.parallel import compile_cpu_ids
@@ -155,11 +156,12 @@ def main():
     here = machine_target()
     corpus = args.corpus or [cal.default_corpus(args.backend)]
     manifest_path = Path(corpus[0]).resolve().parent / "manifest.json"
+    # the corpus's machine: a missing file is read_file's one-line error
+    text = read_file(manifest_path, "r", what=f"--corpus {corpus[0]}: no readable manifest.json,")
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError) as e:
-        sys.exit(f"bench_calibrate: --corpus {corpus[0]}: no readable manifest.json in the "
-                 f"directory above it ({manifest_path}: {getattr(e, 'strerror', None) or e})")
+        manifest = json.loads(text)
+    except ValueError as e:
+        sys.exit(f"bench_calibrate: {manifest_path}: not JSON ({e})")
     # every model read now, before minutes of timing: a wrong path fails at once
     bundled = load_model(args.model or cal.default_base(args.backend)[0])   # calibrate's own
     scratches = [load_model(path) for path in args.scratch_model]
