@@ -660,3 +660,28 @@ def test_bench_calibrate_refuses_bad_inputs_before_timing(tmp_path):
         assert p.returncode == 1, p.stderr
         assert said in p.stderr and "Traceback" not in p.stderr
         assert "test set:" not in p.stdout
+
+
+def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
+    """benchmarks/compare_folds.py: model i on fold i's validation programs,
+    the programs pooled over folds, and one line per family; a candidate
+    with a model too few is refused in one line."""
+    import subprocess
+
+    script = str(EX.parent / "benchmarks" / "compare_folds.py")
+    model = str(EX.parent / "tpuperf_cli" / "data" / "default.pt")
+    for i, valid in enumerate((["mlp_s_train", "mlp_m_train"], ["vit_s_train"])):
+        (tmp_path / f"fold{i}.json").write_text(json.dumps(
+            {"train": ["cnn_s_train"], "valid": valid, "test": ["gpt_s_train"]}))
+    folds = ["--folds", str(tmp_path / "fold{}.json")]
+    p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", f"b={model},{model}"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "2 folds" in p.stdout and "3 validation programs of 2 families" in p.stdout
+    assert "+0.0 (0/2 won)" in p.stdout
+    assert re.search(r"^  mlp\s+[\d.]+%\s+[\d.]+%$", p.stdout, re.M)
+    assert re.search(r"^  vit\s+[\d.]+%", p.stdout, re.M)
+    p = subprocess.run([sys.executable, script, *folds, f"a={model}"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "1 model(s) for 2 folds" in p.stderr
+    assert "Traceback" not in p.stderr

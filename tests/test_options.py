@@ -60,9 +60,10 @@ def test_one_spelling_per_meaning(name, command):
 # stderr beyond errors has -q
 WRITERS = ["hlo-split", "featurize", "measure", "predict", "score", "train", "eval",
            "baseline fit", "baseline apply", "import tuning-json", "import tpugraphs", "select",
-           "split programs", "split records"]
+           "split programs", "split records", "split folds"]
 TALKERS = ["hlo-split", "featurize", "measure", "predict", "train", "eval", "baseline fit",
-           "import tuning-json", "import tpugraphs", "select", "split programs", "split records"]
+           "import tuning-json", "import tpugraphs", "select", "split programs", "split records",
+           "split folds"]
 
 
 def test_writers_have_output_and_talkers_quiet():

@@ -9,7 +9,7 @@ from tpuperf_cli.commands.baseline import cli as baseline_cli
 from tpuperf_cli.commands.split import cli
 from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.records import new_record
-from tpuperf_cli.split import assign_records, split_units
+from tpuperf_cli.split import assign_records, family_folds, split_units
 from tpuperf_cli.stream import RecordWriter, read_records
 
 NAMES = [f"{fam}_{size}_train" for fam in ("gpt", "mlp", "cnn", "vit", "gru") for size in "sml"]
@@ -159,3 +159,43 @@ def test_split_lists_take_patterns_for_generated_programs():
     recs = [{"program": p} for p in ("ops:fft", "gpt_s_train", "cnn_s_train")]
     assert [r["program"] for r in records_of(recs, train)] == ["ops:fft", "cnn_s_train"]
     assert not ProgramSet([]) and len(train) == 3
+
+
+FOLD_SPLIT = {"train": [n for n in NAMES if not n.startswith(("gru", "vit"))] + ["ops:*"],
+              "valid": [n for n in NAMES if n.startswith("vit")],
+              "test": [n for n in NAMES if n.startswith("gru")]}
+
+
+def test_family_folds_validate_each_family_once_and_keep_the_test_out():
+    folds = family_folds(FOLD_SPLIT, 2, seed=0)
+    assert len(folds) == 2
+    valid = [n for f in folds for n in f["valid"]]
+    # every train-or-valid program is validated on once, in the fold of its family
+    assert sorted(valid) == sorted(n for n in NAMES if not n.startswith("gru"))
+    for f in folds:
+        assert f["test"] == sorted(FOLD_SPLIT["test"])
+        assert "ops:*" in f["train"] and not set(f["train"]) & set(f["valid"])
+        assert not {n.split("_")[0] for n in f["train"]} & {n.split("_")[0] for n in f["valid"]}
+        assert sorted(f["train"] + f["valid"]) == sorted(FOLD_SPLIT["train"] + FOLD_SPLIT["valid"])
+        assert len(f["valid"]) == 6   # four families of 3 programs: two a fold
+    assert family_folds(FOLD_SPLIT, 2, seed=0) == folds
+    with pytest.raises(TpuperfError, match="--folds 5: needs 2 to 4"):
+        family_folds(FOLD_SPLIT, 5)
+
+
+def test_folds_command_writes_one_split_file_a_fold(tmp_path):
+    base = tmp_path / "split.json"
+    base.write_text(json.dumps(FOLD_SPLIT))
+    out = str(tmp_path / "fold{}.json")
+    r = CliRunner().invoke(cli, ["folds", str(base), "--folds", "4", "-o", out])
+    assert r.exit_code == 0, r.output
+    folds = [json.loads((tmp_path / f"fold{i}.json").read_text()) for i in range(4)]
+    assert folds == family_folds(FOLD_SPLIT, 4)
+    assert "fold3.json: valid 3 programs of 1 families" in r.stderr
+    r = CliRunner().invoke(cli, ["folds", str(base), "-o", str(tmp_path / "f.json")])
+    assert r.exit_code == 2 and "needs one {}" in r.output
+    r = CliRunner().invoke(cli, ["folds", str(base), "--folds", "9", "-o", out])
+    assert r.exit_code != 0 and "--folds 9: needs 2 to 4" in str(r.exception)
+    base.write_text("{")
+    r = CliRunner().invoke(cli, ["folds", str(base), "-o", out])
+    assert r.exit_code == 1 and "not JSON" in str(r.exception)

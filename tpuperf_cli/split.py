@@ -196,6 +196,46 @@ def split_units(names, valid=0.1, test=0.1, seed=0, family=None, test_names=(), 
     return {k: sorted(v) for k, v in out.items()}
 
 
+def family_folds(split, folds, seed=0, family=r"^[a-z]+"):
+    """K split files from one, for cross-validation over families.
+
+    The split's test list stays every fold's test list; its train and valid
+    programs (names, not patterns) are grouped into families (`family`, as
+    split_units) and dealt to `folds` folds: in a seeded random order, each
+    family to the fold with the fewest programs so far, so folds hold about
+    as many programs. Fold i validates on its families and trains on the
+    rest, with the split's patterns ("ops:*": generated kernels) in every
+    fold's train list. Each train-or-valid program is validated on in
+    exactly one fold, so K models, one per fold, give a validation figure
+    over all those families, not the few a single split holds out."""
+    try:
+        pattern = re.compile(family)
+    except re.error as e:
+        raise TpuperfError(f"--family {family!r}: not a regular expression ({e})",
+                           exit_code=2) from None
+    pooled = [n for n in split["train"] + split["valid"] if not glob.has_magic(n)]
+    patterns = [n for n in split["train"] if glob.has_magic(n)]
+    families = {}
+    for n in pooled:
+        families.setdefault(family_of(n, pattern), []).append(n)
+    if folds < 2 or folds > len(families):
+        raise TpuperfError(f"--folds {folds}: needs 2 to {len(families)} (the families of "
+                           f"the split's train and valid programs)", exit_code=2)
+    names = sorted(families)
+    order = np.random.default_rng(seed).permutation(len(names))
+    sizes, dealt = [0] * folds, [[] for _ in range(folds)]
+    for i in order:
+        k = min(range(folds), key=lambda j: (sizes[j], j))
+        dealt[k].append(names[i])
+        sizes[k] += len(families[names[i]])
+    out = []
+    for k in range(folds):
+        valid = sorted(n for f in dealt[k] for n in families[f])
+        train = sorted(n for n in pooled if n not in set(valid)) + patterns
+        out.append({"train": train, "valid": valid, "test": sorted(split["test"])})
+    return out
+
+
 # ---------------------------------------------------------------- tile records
 
 def _key(r):

@@ -24,6 +24,10 @@ def cli():
     kernel, from `tpuperf import`) into one file per set, by configuration
     or by kernel.
 
+    `folds` turns one split file into K, for cross-validation over program
+    families: each fold validates on some of its families and trains on
+    the others.
+
     Splits are random but repeatable: the same input, fractions and --seed
     give the same split.
 
@@ -33,6 +37,7 @@ def cli():
       tpuperf split programs shards/*.zst --family '^[a-z]+' --test 0.2 -o split.json
       tpuperf split programs shards/*.zst --test 'gpt_*' --test 'gru_*' -o split.json
       tpuperf split records --by config --test 0.5 tile.msgpack -o 'tile-{}.msgpack'
+      tpuperf split folds split.json --folds 4 -o 'fold{}.json'
     """
 
 
@@ -110,6 +115,62 @@ def programs_cmd(shards, test, valid, family, seed, output, quiet):
                    + (f" (families by {family!r})" if family else ""), err=True)
         if not result["train"]:
             click.echo("split: warning: no training programs", err=True)
+
+
+@cli.command("folds")
+@click.argument("split_file", metavar="SPLIT")
+@click.option("--folds", "k", type=click.IntRange(2), default=4, show_default=True,
+              help="How many folds (split files) to write.")
+@click.option("--family", metavar="REGEX", default="^[a-z]+", show_default=True,
+              help="A program's family is what this regular expression matches in its name "
+                   "(its first group if it has one); whole families go to one fold.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the order families are dealt in.")
+@output_option(required=True, metavar="TEMPLATE",
+               help="Output file name with {} where the fold's number goes, e.g. "
+                    "'fold{}.json' writes fold0.json, fold1.json...")
+@quiet_option(help="No summary on stderr.")
+def folds_cmd(split_file, k, family, seed, output, quiet):
+    """Write K split files for cross-validation over program families.
+
+    A split's few validation programs make a coarse chooser of training
+    recipes: two recipes can rank one way on three validation families and
+    the other way on four others. `folds` keeps SPLIT's test programs as
+    every fold's test list and deals the families of its train and valid
+    programs to K folds (whole families, in a seeded random order, each to
+    the fold with the fewest programs so far). Fold i validates on its
+    families and trains on all the others; SPLIT's patterns ("ops:*", the
+    generated kernels) train in every fold. Train one model per fold and
+    every one of those families is validated on once, by a model that
+    never saw it (benchmarks/compare_folds.py gives the figures).
+
+    A summary (families and programs per fold) goes to stderr.
+
+    \b
+    Examples:
+      tpuperf split folds examples/splits/manual.json --folds 4 \\
+          -o 'examples/splits/folds/manual-fold{}.json'
+      tpuperf train --data 'shards/*.zst' --split examples/splits/folds/manual-fold0.json \\
+          -o fold0.pt
+    """
+    import re
+
+    from tpuperf_cli.split import family_folds, family_of, load_split
+
+    if output.count("{}") != 1:
+        raise click.BadParameter("needs one {} where the fold's number goes, "
+                                 "e.g. 'fold{}.json'", param_hint="-o/--output")
+    folds = family_folds(load_split(split_file), k, seed, family)
+    for i, fold in enumerate(folds):
+        with text_output(output.replace("{}", str(i))) as out:
+            out.write(json.dumps(fold, indent=1) + "\n")
+    if not quiet:
+        pattern = re.compile(family)
+        for i, fold in enumerate(folds):
+            fams = sorted({family_of(n, pattern) for n in fold["valid"]})
+            click.echo(f"split: {output.replace('{}', str(i))}: valid {len(fold['valid'])} "
+                       f"programs of {len(fams)} families ({', '.join(fams)}), "
+                       f"train {len(fold['train'])}, test {len(fold['test'])}", err=True)
 
 
 @cli.command("records")

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Compare training recipes by cross-validation over program families: one
+model per fold of `tpuperf split folds`, each scored on its fold's
+validation programs, every family validated on once.
+
+A split's validation list is a coarse chooser: the manual split validates
+on six programs of three families, and two recipes screened there on
+2026-11-28 ranked one way on them and the other way, by 2 to 3 points, on
+the ten test programs of four other families (README, "The bundled
+model"). The folds of `tpuperf split folds examples/splits/manual.json
+--folds 4` (committed: examples/splits/folds/) validate on all 79 of its
+train and valid programs, 24 families, and keep its test programs out of
+every fold. Train each recipe once per fold, then:
+
+    python benchmarks/compare_folds.py \\
+        recipe=f0.pt,f1.pt,f2.pt,f3.pt  candidate=c0.pt,c1.pt,c2.pt,c3.pt
+
+Model i is scored on fold i's validation programs. It prints, for every
+candidate, the median over programs of MAPE, Kendall's tau and
+whole-program error (bench_accuracy.py's figures, kernels >= --min-us)
+fold by fold and over all the folds' programs pooled, the candidates'
+fold-for-fold MAPE differences from the first with how many folds each
+wins, and each family's median MAPE.
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import bench_accuracy  # noqa: E402
+from compare_seeds import FIELDS, parse_candidate  # noqa: E402
+
+from tpuperf_cli import metrics  # noqa: E402
+from tpuperf_cli.split import family_of, load_split  # noqa: E402
+
+DEFAULT_FOLDS = os.path.join(bench_accuracy.ROOT, "examples/splits/folds/manual-fold{}.json")
+
+
+def fold_paths(template):
+    """The fold files of a template with {} (fold0, fold1... while they exist)."""
+    if template.count("{}") != 1:
+        sys.exit(f"compare_folds: --folds {template!r}: needs one {{}} where the fold's number goes")
+    paths = []
+    while os.path.exists(template.replace("{}", str(len(paths)))):
+        paths.append(template.replace("{}", str(len(paths))))
+    if len(paths) < 2:
+        sys.exit(f"compare_folds: --folds {template!r}: found {len(paths)} fold file(s); "
+                 f"make them with tpuperf split folds")
+    return paths
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("candidates", nargs="+", metavar="NAME=MODEL,MODEL...",
+                    help="a recipe's models, one per fold in fold order; the first candidate "
+                         "is the reference")
+    ap.add_argument("--folds", default=DEFAULT_FOLDS, metavar="TEMPLATE",
+                    help="the fold split files, {} for the fold's number "
+                         "(default: examples/splits/folds/manual-fold{}.json)")
+    ap.add_argument("--corpus", default=os.path.join(bench_accuracy.ROOT, "examples/corpus/graphs"))
+    ap.add_argument("--family", default="^[a-z]+", metavar="REGEX",
+                    help="families for the per-family table, as `tpuperf split folds --family`")
+    ap.add_argument("--min-us", type=float, default=5.0)
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = ap.parse_args()
+    folds = fold_paths(args.folds)
+    candidates = [parse_candidate(c) for c in args.candidates]
+    for name, models in candidates:
+        if len(models) != len(folds):
+            sys.exit(f"compare_folds: {name}: {len(models)} model(s) for {len(folds)} folds "
+                     f"(one per fold, in fold order)")
+    pattern = re.compile(args.family)
+
+    from tpuperf_cli.model.examples import example
+    from tpuperf_cli.model.predict import load_model
+
+    min_ns = args.min_us * 1000
+    valid = [bench_accuracy.load(args.corpus, load_split(p)["valid"]) for p in folds]
+    examples = [[example(r, i) for i, r in enumerate(recs, 1)] for recs in valid]
+    out = {}
+    for name, models in candidates:
+        rows, per_fold = [], []
+        for i, path in enumerate(models):
+            print(f"compare_folds: {name}: fold {i}: {path}", file=sys.stderr)
+            pred = np.asarray(load_model(path).predict_examples(examples[i]), dtype=np.float64)
+            fold_rows = bench_accuracy.per_program(valid[i], pred, min_ns)
+            per_fold.append(metrics.summarize(fold_rows, FIELDS)[0])
+            rows += fold_rows
+        families = metrics.group_indices([family_of(r["program"], pattern) for r in rows])
+        out[name] = {"models": models, "folds": per_fold,
+                     "pooled": metrics.summarize(rows, FIELDS)[0],
+                     "programs": len(rows),
+                     "families": {f: metrics.summarize([rows[i] for i in idx], ["mape"])[0]["mape"]
+                                  for f, idx in sorted(families.items())}}
+    ref = candidates[0][0]
+    for name, c in out.items():
+        pairs = list(zip(c["folds"], out[ref]["folds"]))
+        c["mape_diff_mean"] = float(np.mean([a["mape"] - b["mape"] for a, b in pairs]))
+        c["mape_wins"] = sum(a["mape"] < b["mape"] for a, b in pairs)
+    if args.json:
+        print(json.dumps({"folds": folds, "min_us": args.min_us, "candidates": out}, indent=1))
+        return
+
+    print(f"{len(folds)} folds ({args.folds}): {out[ref]['programs']} validation programs "
+          f"of {len(out[ref]['families'])} families; medians over programs, kernels >= "
+          f"{args.min_us:g} us")
+    width = max(len(n) for n in out) + 2
+    head = "".join(f"{'fold ' + str(i):>9s}" for i in range(len(folds)))
+    print(f"{'':{width}s}{head}{'pooled':>9s}{'vs ' + ref:>{max(14, len(ref) + 6)}s}")
+    for f, label in zip(FIELDS, ("MAPE", "tau", "prog.err")):
+        print(label)
+        for name, c in out.items():
+            cells = "".join(f"{r[f]:9.3f}" if f == "tau" else f"{r[f]:8.1f}%" for r in c["folds"])
+            pooled = c["pooled"][f]
+            cells += f"{pooled:9.3f}" if f == "tau" else f"{pooled:8.1f}%"
+            vs = ""
+            if f == "mape" and name != ref:
+                vs = f"{c['mape_diff_mean']:+.1f} ({c['mape_wins']}/{len(folds)} won)"
+            print(f"  {name:{width - 2}s}{cells} {vs:>{max(14, len(ref) + 6)}s}")
+    print("median MAPE by family (of its programs' medians)")
+    print(f"  {'':14s}" + "".join(f"{n[:8]:>9s}" for n in out))
+    for fam in out[ref]["families"]:
+        cells = "".join(f"{c['families'][fam]:8.1f}%" for c in out.values())
+        print(f"  {fam:14s}{cells}")
+
+
+if __name__ == "__main__":
+    main()
