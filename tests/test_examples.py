@@ -674,12 +674,15 @@ def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
         (tmp_path / f"fold{i}.json").write_text(json.dumps(
             {"train": ["cnn_s_train"], "valid": valid, "test": ["gpt_s_train"]}))
     folds = ["--folds", str(tmp_path / "fold{}.json")]
-    p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", f"b={model},{model}"],
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", f"b={model},{model}",
+                        "--lightgbm"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "2 folds" in p.stdout and "3 validation programs of 2 families" in p.stdout
     assert "+0.0 (0/2 won)" in p.stdout
-    assert re.search(r"^  mlp\s+[\d.]+%\s+[\d.]+%$", p.stdout, re.M)
+    # the trees, fitted on one training program a fold, are another candidate
+    assert re.search(r"^  lightgbm .* \([0-2]/2 won\)$", p.stdout, re.M)
+    assert "fitting on" in p.stderr
+    assert re.search(r"^  mlp\s+[\d.]+%\s+[\d.]+%\s+[\d.]+%$", p.stdout, re.M)
     assert re.search(r"^  vit\s+[\d.]+%", p.stdout, re.M)
     p = subprocess.run([sys.executable, script, *folds, f"a={model}"],
                        capture_output=True, text=True, timeout=120)
