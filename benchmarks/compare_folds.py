@@ -84,7 +84,7 @@ def lightgbm_predictions(fold, valid, valid_examples, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("candidates", nargs="+", metavar="NAME=MODEL,MODEL...",
+    ap.add_argument("candidates", nargs="*", metavar="NAME=MODEL,MODEL...",
                     help="a recipe's models, one per fold in fold order; the first candidate "
                          "is the reference")
     ap.add_argument("--folds", default=DEFAULT_FOLDS, metavar="TEMPLATE",
@@ -100,6 +100,8 @@ def main():
                     help="with --lightgbm: its first N kernel features (default 16, the recipe's)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
+    if not args.candidates and not args.lightgbm:
+        ap.error("give a recipe's models (NAME=MODEL,MODEL...), or --lightgbm")
     folds = fold_paths(args.folds)
     candidates = [parse_candidate(c) for c in args.candidates]
     for name, models in candidates:

@@ -688,3 +688,5 @@ def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "1 model(s) for 2 folds" in p.stderr
     assert "Traceback" not in p.stderr
+    p = subprocess.run([sys.executable, script, *folds], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "or --lightgbm" in p.stderr
