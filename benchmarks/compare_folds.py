@@ -138,9 +138,11 @@ def main():
             per_fold.append(metrics.summarize(fold_rows, FIELDS)[0])
             rows += fold_rows
         families = metrics.group_indices([family_of(r["program"], pattern) for r in rows])
-        out[name] = {"models": models, "folds": per_fold,
+        out[name] = {"models": models, "folds": per_fold, "rows": rows,
                      "pooled": metrics.summarize(rows, FIELDS)[0],
                      "programs": len(rows),
+                     "worst": max(((r["mape"], r["program"]) for r in rows
+                                   if np.isfinite(r["mape"])), default=(float("nan"), "")),
                      "families": {f: metrics.summarize([rows[i] for i in idx], ["mape"])[0]["mape"]
                                   for f, idx in sorted(families.items())}}
     ref = candidates[0][0]
@@ -168,6 +170,10 @@ def main():
             if f == "mape" and name != ref:
                 vs = f"{c['mape_diff_mean']:+.1f} ({c['mape_wins']}/{len(folds)} won)"
             print(f"  {name:{width - 2}s}{cells} {vs:>{max(14, len(ref) + 6)}s}")
+    for name, c in out.items():
+        mape, prog = c["worst"]
+        above = sum(r["mape"] > 50 for r in c["rows"])
+        print(f"worst program: {name}: {prog} {mape:.1f}% ({above} of {c['programs']} above 50%)")
     print("median MAPE by family (of its programs' medians)")
     print(f"  {'':14s}" + "".join(f"{n[:8]:>9s}" for n in out))
     for fam in out[ref]["families"]:

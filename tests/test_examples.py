@@ -679,6 +679,7 @@ def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "2 folds" in p.stdout and "3 validation programs of 2 families" in p.stdout
     assert "+0.0 (0/2 won)" in p.stdout
+    assert re.search(r"^worst program: a: \w+ [\d.]+% \([0-3] of 3 above 50%\)$", p.stdout, re.M)
     # the trees, fitted on one training program a fold, are another candidate
     assert re.search(r"^  lightgbm .* \([0-2]/2 won\)$", p.stdout, re.M)
     assert "fitting on" in p.stderr
