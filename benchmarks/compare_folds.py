@@ -121,6 +121,7 @@ def main():
     min_ns = args.min_us * 1000
     valid = [bench_accuracy.load(args.corpus, load_split(p)["valid"]) for p in folds]
     examples = [[example(r, i) for i, r in enumerate(recs, 1)] for recs in valid]
+
     def predictions(name, i, model):
         if name == "lightgbm":
             return lightgbm_predictions(folds[i], valid[i], examples[i], args)
@@ -143,6 +144,7 @@ def main():
                      "programs": len(rows),
                      "worst": max(((r["mape"], r["program"]) for r in rows
                                    if np.isfinite(r["mape"])), default=(float("nan"), "")),
+                     "above_50": sum(r["mape"] > 50 for r in rows),
                      "families": {f: metrics.summarize([rows[i] for i in idx], ["mape"])[0]["mape"]
                                   for f, idx in sorted(families.items())}}
     ref = candidates[0][0]
@@ -172,8 +174,8 @@ def main():
             print(f"  {name:{width - 2}s}{cells} {vs:>{max(14, len(ref) + 6)}s}")
     for name, c in out.items():
         mape, prog = c["worst"]
-        above = sum(r["mape"] > 50 for r in c["rows"])
-        print(f"worst program: {name}: {prog} {mape:.1f}% ({above} of {c['programs']} above 50%)")
+        print(f"worst program: {name}: {prog} {mape:.1f}% ({c['above_50']} of {c['programs']} "
+              f"above 50%)")
     print("median MAPE by family (of its programs' medians)")
     print(f"  {'':14s}" + "".join(f"{n[:8]:>9s}" for n in out))
     for fam in out[ref]["families"]:

@@ -136,6 +136,15 @@ def family_of(name, pattern):
     return m.group(1) if pattern.groups else m.group(0)
 
 
+def family_pattern(family):
+    """--family's regular expression, compiled (a usage error if it is not one)."""
+    try:
+        return re.compile(family)
+    except re.error as e:
+        raise TpuperfError(f"--family {family!r}: not a regular expression ({e})",
+                           exit_code=2) from None
+
+
 def _counts(n, valid, test):
     """How many of n units go to valid and test (rounded, train keeps one
     where n > 1)."""
@@ -158,13 +167,7 @@ def split_units(names, valid=0.1, test=0.1, seed=0, family=None, test_names=(), 
     (numpy seed `seed`) for the valid and test fractions of all families,
     for each set not given by name; the others train.
     """
-    pattern = None
-    if family:
-        try:
-            pattern = re.compile(family)
-        except re.error as e:
-            raise TpuperfError(f"--family {family!r}: not a regular expression ({e})",
-                               exit_code=2) from None
+    pattern = family_pattern(family) if family else None
     fixed = {}
     for which, globs in (("test", test_names), ("valid", valid_names)):
         for g in globs:
@@ -208,11 +211,7 @@ def family_folds(split, folds, seed=0, family=r"^[a-z]+"):
     fold's train list. Each train-or-valid program is validated on in
     exactly one fold, so K models, one per fold, give a validation figure
     over all those families, not the few a single split holds out."""
-    try:
-        pattern = re.compile(family)
-    except re.error as e:
-        raise TpuperfError(f"--family {family!r}: not a regular expression ({e})",
-                           exit_code=2) from None
+    pattern = family_pattern(family)
     pooled = [n for n in split["train"] + split["valid"] if not glob.has_magic(n)]
     patterns = [n for n in split["train"] if glob.has_magic(n)]
     families = {}
@@ -231,7 +230,7 @@ def family_folds(split, folds, seed=0, family=r"^[a-z]+"):
     out = []
     for k in range(folds):
         valid = sorted(n for f in dealt[k] for n in families[f])
-        train = sorted(n for n in pooled if n not in set(valid)) + patterns
+        train = sorted(set(pooled) - set(valid)) + patterns
         out.append({"train": train, "valid": valid, "test": sorted(split["test"])})
     return out
 

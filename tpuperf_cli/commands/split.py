@@ -41,6 +41,13 @@ def cli():
     """
 
 
+def _one_placeholder(output, what, example):
+    """-o TEMPLATE of a command that writes several files: one {} for `what`."""
+    if output.count("{}") != 1:
+        raise click.BadParameter(f"needs one {{}} where {what} goes, e.g. '{example}'",
+                                 param_hint="-o/--output")
+
+
 def _fraction_or_names(value, what):
     """--test/--valid values: one fraction, or program name patterns."""
     try:
@@ -153,19 +160,15 @@ def folds_cmd(split_file, k, family, seed, output, quiet):
       tpuperf train --data 'shards/*.zst' --split examples/splits/folds/manual-fold0.json \\
           -o fold0.pt
     """
-    import re
+    from tpuperf_cli.split import family_folds, family_of, family_pattern, load_split
 
-    from tpuperf_cli.split import family_folds, family_of, load_split
-
-    if output.count("{}") != 1:
-        raise click.BadParameter("needs one {} where the fold's number goes, "
-                                 "e.g. 'fold{}.json'", param_hint="-o/--output")
+    _one_placeholder(output, "the fold's number", "fold{}.json")
     folds = family_folds(load_split(split_file), k, seed, family)
     for i, fold in enumerate(folds):
         with text_output(output.replace("{}", str(i))) as out:
             out.write(json.dumps(fold, indent=1) + "\n")
     if not quiet:
-        pattern = re.compile(family)
+        pattern = family_pattern(family)
         for i, fold in enumerate(folds):
             fams = sorted({family_of(n, pattern) for n in fold["valid"]})
             click.echo(f"split: {output.replace('{}', str(i))}: valid {len(fold['valid'])} "
@@ -217,9 +220,7 @@ def records_cmd(inputs, by, test, valid, seed, output, quiet):
     from tpuperf_cli.split import split_records
     from tpuperf_cli.tile import group_key
 
-    if output.count("{}") != 1:
-        raise click.BadParameter("needs one {} where the set's name goes, "
-                                 "e.g. 'tile-{}.msgpack'", param_hint="-o/--output")
+    _one_placeholder(output, "the set's name", "tile-{}.msgpack")
     sets = ["train"] + (["valid"] if valid > 0 else []) + (["test"] if test > 0 else [])
     writers = {}
     kernels = {k: set() for k in sets}
