@@ -43,6 +43,7 @@ sys.path.insert(0, ROOT)
 from tpuperf_cli import metrics  # noqa: E402
 from tpuperf_cli.eval import baseline as baseline_lib  # noqa: E402
 from tpuperf_cli.model.data import generated_source, is_generated  # noqa: E402
+from tpuperf_cli.split import drawn_from, held_out  # noqa: E402
 from tpuperf_cli.stream import read_records  # noqa: E402
 
 
@@ -76,6 +77,16 @@ def load(corpus, programs):
     if not out:
         sys.exit(f"bench_accuracy: no measured records for these programs in {corpus}")
     return out
+
+
+def load_training(corpus, split, programs_only=False):
+    """The measured records a model trained on `split` (load_split's lists)
+    learns from: its train list (programs only, or with its patterns of
+    generated kernels), less any kernel generated from its valid or test
+    programs, as `tpuperf train --split` leaves them out."""
+    names = [n for n in split["train"] if ":" not in n] if programs_only else split["train"]
+    held = held_out(split)
+    return [r for r in load(corpus, names) if not drawn_from(r, held)]
 
 
 def per_program(records, pred, min_ns):

@@ -36,12 +36,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from bench_accuracy import load, per_program  # noqa: E402
+from bench_accuracy import load, load_training, per_program  # noqa: E402
 
 from tpuperf_cli import metrics  # noqa: E402
 from tpuperf_cli.model.data import draw_rates  # noqa: E402
 from tpuperf_cli.model.examples import example  # noqa: E402
 from tpuperf_cli.model.options import parse_source_weights  # noqa: E402
+from tpuperf_cli.split import load_split  # noqa: E402
 
 OPCODES = 256        # opcode-count columns (ids beyond share the last)
 
@@ -84,9 +85,8 @@ def fit(train, valid, args):
 
 
 def one_split(split_path, model, args):
-    split = json.load(open(split_path))
-    names = [n for n in split["train"] if ":" not in n] if args.programs_only else split["train"]
-    train = load(args.corpus, names)
+    split = load_split(split_path)
+    train = load_training(args.corpus, split, args.programs_only)
     valid = load(args.corpus, split["valid"]) if split.get("valid") else []
     test = load(args.corpus, split["test"])
     min_ns = args.min_us * 1000

@@ -73,7 +73,7 @@ def lightgbm_predictions(fold, valid, valid_examples, args):
     the recipe draws it, and stopped early on its validation programs."""
     import bench_lightgbm
 
-    train = bench_accuracy.load(args.corpus, load_split(fold)["train"])
+    train = bench_accuracy.load_training(args.corpus, load_split(fold))
     print(f"compare_folds: lightgbm: {fold}: fitting on {len(train)} kernels", file=sys.stderr)
     opts = argparse.Namespace(trees=2000, lr=0.03, leaves=31, threads=1,
                                kernel_features=args.kernel_features, **RECIPE_DRAW)

@@ -161,6 +161,20 @@ def test_split_lists_take_patterns_for_generated_programs():
     assert not ProgramSet([]) and len(train) == 3
 
 
+def test_training_records_leave_out_kernels_drawn_from_held_out_programs(tmp_path):
+    from tpuperf_cli.split import training_records
+
+    split = tmp_path / "s.json"
+    split.write_text(json.dumps({"train": ["cnn_s_train", "fusions:*", "ops:*"],
+                                 "valid": ["vit_s_train"], "test": ["gru_s_train"]}))
+    recs = [{"program": "cnn_s_train"}, {"program": "vit_s_train"},
+            {"program": "fusions:cnn_s_train", "origin": "cnn_s_train"},
+            {"program": "fusions:vit_s_train", "origin": "vit_s_train"},
+            {"program": "fusions:gru_s_train", "origin": "gru_s_train"}, {"program": "ops:dot"}]
+    kept = [r["program"] for r in training_records(recs, str(split))]
+    assert kept == ["cnn_s_train", "fusions:cnn_s_train", "ops:dot"]
+
+
 FOLD_SPLIT = {"train": [n for n in NAMES if not n.startswith(("gru", "vit"))] + ["ops:*"],
               "valid": [n for n in NAMES if n.startswith("vit")],
               "test": [n for n in NAMES if n.startswith("gru")]}

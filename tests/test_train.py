@@ -433,6 +433,31 @@ def test_valid_shards_take_precedence_over_the_splits_valid_programs(shards, tmp
     assert d["trained"]["programs"] == ["synth0", "synth1", "synth2"]
 
 
+def test_split_training_leaves_out_kernels_generated_from_held_out_programs(tmp_path):
+    # sweeps drawn from a train program, the valid one and the test one: the
+    # train list's "sweeps:*" takes all three, but the model learns only the
+    # first, and the scan counts the others once even when streaming
+    rs = synthetic_records(n_programs=6, kernels=8, seed=5)
+    origins = {"synth3": "synth0", "synth4": "synth1", "synth5": "synth2"}
+    for r in rs:
+        if r["program"] in origins:
+            r["origin"] = origins[r["program"]]
+            r["program"] = f"sweeps:{r['origin']}_b2"
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"train": ["synth0", "sweeps:*"], "valid": ["synth1"], "test": ["synth2"]}))
+    data = write_shards(tmp_path, rs)
+    for memory_mb in (2048, 1e-3):
+        c = Corpus(data, ["synth0", "sweeps:*"], memory_mb=memory_mb, held_out=["synth1", "synth2"]).scan()
+        list(c.epoch(np.random.default_rng(0)))
+        assert set(c.sizes) == {"synth0", "sweeps:synth0_b2"} and c.drawn_from_held_out == 16
+    msgs = []
+    train(data, tmp_path / "m.pt", NetConfig(**TINY), fast_opts(epochs=1), split=str(split),
+          progress=msgs.append)
+    assert any("(16 generated from the split's valid or test programs left out)" in m for m in msgs), msgs
+    d = torch.load(tmp_path / "m.pt", weights_only=True)
+    assert d["trained"]["programs"] == ["sweeps:synth0_b2", "synth0"]
+
+
 def noise_valid(tmp_path):
     """A validation shard of noise: the validation loss soon stops improving."""
     recs = synthetic_records(n_programs=1, kernels=20, seed=4)

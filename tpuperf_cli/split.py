@@ -6,7 +6,9 @@ of generated kernels); `tpuperf train --split`, `tpuperf baseline fit --split` a
 `tpuperf eval --split` read it. Programs are split whole (random with a
 seed, by name pattern, or by family: a regular expression maps each program
 name to a family and whole families go to one side, so a test family is
-absent from training).
+absent from training). Training on a split learns nothing generated from
+its valid or test programs, whatever its train patterns say: a generated
+kernel's ORIGIN names the program it was drawn from (training_records).
 
 Tile records (many configurations per kernel) are split either by
 configuration (every kernel in every set, its configurations divided) or by
@@ -26,6 +28,7 @@ import re
 import numpy as np
 
 from tpuperf_cli.errors import TpuperfError, read_file
+from tpuperf_cli.records import ORIGIN
 
 SETS = ("train", "valid", "test")
 
@@ -93,10 +96,38 @@ def train_in_all(paths):
     return sorted(n for n in set.intersection(*lists) if ":" not in n and not glob.has_magic(n))
 
 
+def held_out(split):
+    """The programs of a split (load_split's lists) that its training must
+    not learn from, its valid and test programs, as a ProgramSet."""
+    return ProgramSet(split["valid"] + split["test"])
+
+
+def drawn_from(record, programs):
+    """Whether `record` was generated from one of `programs` (a ProgramSet):
+    fusions, variants and sweeps carry the program they were drawn from as
+    ORIGIN. A split's training leaves such records out when their origin is
+    held out, whatever its train patterns ("fusions:*") say, so a model is
+    never judged on a program whose kernels it learnt in another guise."""
+    origin = record.get(ORIGIN)
+    return origin is not None and str(origin) in programs
+
+
 def records_of(records, programs):
     """The records whose program is one of `programs`."""
     for r in records:
         if str(r.get("program", "")) in programs:
+            yield r
+
+
+def training_records(records, path):
+    """The records a split file's training learns from: those of its train
+    list, less any generated from its valid or test programs (drawn_from)."""
+    split = load_split(path)
+    train, held = ProgramSet(split["train"]), held_out(split)
+    if not train:
+        raise TpuperfError(f"--split {path}: its 'train' list is empty")
+    for r in records_of(records, train):
+        if not drawn_from(r, held):
             yield r
 
 
@@ -208,7 +239,8 @@ def family_folds(split, folds, seed=0, family=r"^[a-z]+"):
     family to the fold with the fewest programs so far, so folds hold about
     as many programs. Fold i validates on its families and trains on the
     rest, with the split's patterns ("ops:*": generated kernels) in every
-    fold's train list. Each train-or-valid program is validated on in
+    fold's train list (training leaves out those drawn from the fold's
+    valid programs: drawn_from). Each train-or-valid program is validated on in
     exactly one fold, so K models, one per fold, give a validation figure
     over all those families, not the few a single split holds out."""
     pattern = family_pattern(family)

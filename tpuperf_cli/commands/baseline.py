@@ -73,7 +73,8 @@ def cli():
               help="Measured graph shard (plain or .zst); repeat, or list several after one --data.")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False))
 @split_option(help='JSON {"train": [...], ...} of program names (`tpuperf split`): fit on '
-                   "the records of its 'train' programs only.")
+                   "the records of its 'train' programs only (less any generated from its "
+                   "'valid' or 'test' programs).")
 @output_option(help="Where to write the baseline JSON ('-' for stdout).",
                hidden_aliases=["--out"])
 @click.option("--peak-flops", type=float, default=None,
@@ -90,7 +91,8 @@ def fit_cmd(data, files, split_path, output, peak_flops, bandwidth, overhead, mi
 
     Reads graph records carrying kernel_feat (featurize) and runtime_ns
     (measure) from the files given (plain or zstd; stdin when none), only
-    those of the split's training programs with --split, and writes a JSON
+    those of the split's training programs with --split (less kernels
+    generated from its valid or test programs), and writes a JSON
     file: format, formula, peak_flops, bandwidth,
     overhead_ns, ridge_flops_per_byte, coef (one per kind), kernels, kernels_per_kind,
     log_rmse and train_mape of the fit, target (from the records). Records
@@ -103,12 +105,12 @@ def fit_cmd(data, files, split_path, output, peak_flops, bandwidth, overhead, mi
       tpuperf baseline fit --split split.json -o baseline.json shards/*.zst
     """
     from tpuperf_cli.eval import baseline as bl
-    from tpuperf_cli.split import records_of, split_programs
+    from tpuperf_cli.split import training_records
     from tpuperf_cli.stream import read_many
 
     records = read_many(_inputs(data, files))
     if split_path:
-        records = records_of(records, split_programs(split_path, "train"))
+        records = training_records(records, split_path)
     stats = {}
     b = bl.fit_records(records, peak_flops, bandwidth, min_kernels, stats, overhead)
     with text_output(output) as f:

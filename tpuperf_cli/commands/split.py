@@ -147,7 +147,10 @@ def folds_cmd(split_file, k, family, seed, output, quiet):
     programs to K folds (whole families, in a seeded random order, each to
     the fold with the fewest programs so far). Fold i validates on its
     families and trains on all the others; SPLIT's patterns ("ops:*", the
-    generated kernels) train in every fold. Train one model per fold and
+    generated kernels) train in every fold, but `train` leaves out of a
+    fold's training the kernels generated from its validation programs
+    (fusions, variants and sweeps record the program they were drawn from),
+    so no fold learns a family it is judged on. Train one model per fold and
     every one of those families is validated on once, by a model that
     never saw it (benchmarks/compare_folds.py gives the figures).
 

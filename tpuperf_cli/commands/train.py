@@ -27,7 +27,8 @@ def _source_weights(ctx, param, values) -> dict:
 @click.option("--split", type=click.Path(dir_okay=False), metavar="FILE",
               help='JSON {"train": [...], "valid": [...], "test": [...]} of program names '
                    "(`tpuperf split programs`, examples/splits/*.json): train on the 'train' "
-                   "programs of --data and "
+                   "programs of --data (less any kernel generated from its 'valid' or 'test' "
+                   "programs: a record whose origin is one of them) and "
                    "validate on its 'valid' programs of --data (unless --valid is given).")
 @click.option("--task", type=click.Choice(["fusion", "tile"]), default="fusion", show_default=True,
               help="fusion: predict each kernel's runtime; tile: rank the configurations of each "

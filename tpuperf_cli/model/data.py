@@ -29,6 +29,7 @@ from tpuperf_cli.errors import StreamError, TpuperfError
 from tpuperf_cli.model.dist import owner
 from tpuperf_cli.model.examples import Example, Scaler, example, slog, topological_order, use_kernel_features
 from tpuperf_cli.records import KERNEL, NODE_FEATURES, PROGRAM, TARGET, locate, measured_runtime, target_identity
+from tpuperf_cli.split import drawn_from
 from tpuperf_cli.stream import read_records
 
 # ---------------------------------------------------------------- batches
@@ -146,6 +147,9 @@ class Corpus:
     """Graph records from shards, as examples for training or evaluation.
 
     programs: keep only records of these programs (a split), or None for all.
+    held_out: programs no kept record may have been generated from (a
+    split's valid and test programs): a record whose ORIGIN is one of them
+    is left out and counted in `drawn_from_held_out`.
     task: "fusion" (items are examples) or "tile" (items are a kernel's
     configurations, up to `configs` of them drawn per epoch).
     memory_mb: budget for decoded examples kept in memory; a corpus larger
@@ -159,11 +163,13 @@ class Corpus:
 
     def __init__(self, paths: Iterable[str], programs: Iterable[str] | None = None, task: str = "fusion",
                  memory_mb: float = 2048, configs: int = 16, interleave: int = 4, shuffle_items: int = 4096,
-                 shard: tuple[int, int] = (0, 1)):
+                 shard: tuple[int, int] = (0, 1), held_out: Iterable[str] | None = None):
         from tpuperf_cli.split import ProgramSet  # not at import: predict never needs it
 
         self.paths = list(paths)
         self.programs = ProgramSet(programs) if programs is not None else None
+        self.held_out = ProgramSet(held_out) if held_out else None
+        self.drawn_from_held_out = 0
         self.task = task
         self.budget = int(memory_mb * (1 << 20))
         self.configs = configs
@@ -188,6 +194,10 @@ class Corpus:
         index = self.paths.index(path) if self.world > 1 else 0   # spreads small shards' first records
         for number, record in enumerate(read_records(path), 1):
             if self.programs is not None and str(record.get(PROGRAM, "")) not in self.programs:
+                continue
+            if self.held_out is not None and drawn_from(record, self.held_out):
+                if not mine_only:       # counted on the scan, not again every streamed epoch
+                    self.drawn_from_held_out += 1
                 continue
             if measured_runtime(record) is None:
                 yield None, record, number, name, False

@@ -220,12 +220,13 @@ def load_data(data: Sequence[str], valid: Sequence[str] | None, split: str | Non
     dist = dist or Dist()
     shard = (dist.rank, dist.world)
     paths = expand(data, "--data")
-    programs = valid_programs = None
+    programs = valid_programs = held = None
     if split:
         s = load_split(split)
         programs = s["train"] + ([f"{TEACHER_SOURCE}:*"] if opts.teacher_data else [])
         valid_programs = s["valid"]
-    train_set = Corpus(paths, programs, opts.task, opts.memory_mb, opts.configs, shard=shard)
+        held = s["valid"] + s["test"]
+    train_set = Corpus(paths, programs, opts.task, opts.memory_mb, opts.configs, shard=shard, held_out=held)
     if scaler is None:
         scaler = Scaler(opts.kernel_features or None, opts.label_floor_ns)
         train_set.scan(scaler)
@@ -252,6 +253,8 @@ def load_data(data: Sequence[str], valid: Sequence[str] | None, split: str | Non
     progress(f"train: {train_set.examples} examples from {len(train_set.sizes)} programs"
              f" in {len(paths)} shard(s)"
              + (f" ({skipped} records without runtime_ns skipped)" if skipped else "")
+             + (f" ({train_set.drawn_from_held_out} generated from the split's valid or test"
+                f" programs left out)" if train_set.drawn_from_held_out else "")
              + (f", {train_set.local} on each of {dist.world} processes" if dist.world > 1 else "")
              + (", streamed (larger than --memory-mb)" if train_set.streaming else ", in memory")
              + (f"; validation {valid_set.examples} examples, {len(valid_set.sizes)} programs"
