@@ -23,8 +23,9 @@ fold-for-fold MAPE differences from the first with how many folds each
 wins, and each family's median MAPE.
 
 --lightgbm adds a candidate "lightgbm": benchmarks/bench_lightgbm.py's
-trees fitted on each fold's training programs and generated kernels,
-weighed as the bundled recipe draws them (--generated-share 0.5
+trees fitted on each fold's training programs and generated kernels
+(less those generated from the fold's validation or test programs, as
+`tpuperf train --split` leaves them out), weighed as the bundled recipe draws them (--generated-share 0.5
 --generated-even source --source-weight indexed=0.25), stopped early on
 the fold's validation programs as the networks are, on the first
 --kernel-features (16, the recipe's) kernel features. Issue 12's goal

@@ -243,7 +243,7 @@ def test_kernel_feature_names():
                                "matmul_k", "matmul_m_align", "matmul_n_align",
                                "matmul_k_align", "matmul_lhs_k_minor", "matmul_rhs_k_minor",
                                "relayout_bytes", "output_minor_dim", "output_minor_align",
-                               "indexed_slices")
+                               "indexed_slices", "touched_bytes")
 
 
 def matmul(c):
@@ -479,3 +479,64 @@ ENTRY e {
 """)
     assert pairs["indexed_slices"] == 7
     assert cost(FUSION)["indexed_slices"] == 0
+
+
+def test_touched_bytes_follow_the_elements_a_fusion_needs():
+    # ssm_m_train's scans: a parameter bitcast, then sliced to every second
+    # row twice, added to another parameter: a quarter of the first is read
+    scan = cost("""HloModule scan
+fused {
+  p0 = f32[4096,128]{1,0} parameter(0)
+  b = f32[16,256,128]{2,1,0} bitcast(p0)
+  s1 = f32[16,128,128]{2,1,0} slice(b), slice={[0:16], [0:256:2], [0:128]}
+  s2 = f32[16,64,128]{2,1,0} slice(s1), slice={[0:16], [0:128:2], [0:128]}
+  p1 = f32[16,64,128]{2,1,0} parameter(1)
+  ROOT a = f32[16,64,128]{2,1,0} add(s2, p1)
+}
+ENTRY e {
+  x = f32[4096,128]{1,0} parameter(0)
+  y = f32[16,64,128]{2,1,0} parameter(1)
+  ROOT f = f32[16,64,128]{2,1,0} fusion(x, y), kind=kLoop, calls=fused
+}
+""")
+    quarter = 16 * 64 * 128 * 4
+    assert scan["touched_bytes"] == 2 * quarter
+    assert scan["bytes_read"] == 4096 * 128 * 4 + quarter     # XLA: all of it, behind a bitcast
+    # a reduce needs all of its input for all of its output; a broadcast no
+    # more than its operand; a dynamic-update-slice's buffer is updated in place
+    softmax = cost("""HloModule r
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT c = f32[] add(a, b)
+}
+fused {
+  p0 = f32[64,512]{1,0} parameter(0)
+  z = f32[] constant(0)
+  r = f32[64]{0} reduce(p0, z), dimensions={1}, to_apply=add
+  p1 = f32[8]{0} parameter(1)
+  bc = f32[64,8]{1,0} broadcast(p1), dimensions={1}
+  br = f32[64,8]{1,0} broadcast(r), dimensions={0}
+  m = f32[64,8]{1,0} multiply(bc, br)
+  p2 = f32[1024,8]{1,0} parameter(2)
+  i = s32[] parameter(3)
+  ROOT d = f32[1024,8]{1,0} dynamic-update-slice(p2, m, i, i)
+}
+ENTRY e {
+  x = f32[64,512]{1,0} parameter(0)
+  y = f32[8]{0} parameter(1)
+  buf = f32[1024,8]{1,0} parameter(2)
+  i = s32[] parameter(3)
+  ROOT f = f32[1024,8]{1,0} fusion(x, y, buf, i), kind=kLoop, calls=fused
+}
+""")
+    assert softmax["touched_bytes"] == (64 * 512 + 8 + 1) * 4
+    # an unfused kernel: what it reads, as bytes_read counts it
+    dot = cost("""HloModule m
+ENTRY e {
+  a = f32[8,16]{1,0} parameter(0)
+  b = f32[16,4]{1,0} parameter(1)
+  ROOT d = f32[8,4]{1,0} dot(a, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+""")
+    assert dot["touched_bytes"] == dot["bytes_read"] == 768

@@ -117,11 +117,11 @@ def test_wrong_kernel_feat_is_a_one_line_error_after_the_good_records(trained, k
     err = res.stderr.decode()
     assert res.returncode == 1 and "Traceback" not in err, err
     assert err.count("\n") == 1 and err.startswith("predict: error: <stdin>: record 2 (synth0/fusion.1)")
-    assert f"expected 18 kernel features in kernel_feat, {got}" in err, err
+    assert f"expected 19 kernel features in kernel_feat, {got}" in err, err
     out = decode(res.stdout)
     assert [r["kernel"] for r in out] == ["fusion.0"] and out[0]["pred_ns"] > 0
     # the library: predict_examples (tpuperf eval) names the example too
-    with pytest.raises(StreamError, match="example 2 .synth0/fusion.1.: expected 18 kernel features"):
+    with pytest.raises(StreamError, match="example 2 .synth0/fusion.1.: expected 19 kernel features"):
         load_model(str(trained)).predict_examples([example(r) for r in recs])
 
 
@@ -389,14 +389,15 @@ def test_records_featurized_before_the_matmul_features_are_told_to_featurize_aga
 
     old = SimpleNamespace(kernel_feat=np.ones(5, np.float32))
     msg = use_kernel_features(old, len(KERNEL_FEATURES), "in.zst: record 4")
-    assert msg.startswith("in.zst: record 4: expected 18 kernel features in kernel_feat, got 5")
+    assert msg.startswith("in.zst: record 4: expected 19 kernel features in kernel_feat, got 5")
     assert "matmul_batch, matmul_m, matmul_n, matmul_k, matmul_m_align, matmul_n_align, " \
         "matmul_k_align, matmul_lhs_k_minor, matmul_rhs_k_minor, relayout_bytes, output_minor_dim, " \
-        "output_minor_align, indexed_slices features: run featurize" in msg
+        "output_minor_align, indexed_slices, touched_bytes features: run featurize" in msg
     # records of the matmul features, before the alignment ones
-    msg = use_kernel_features(SimpleNamespace(kernel_feat=np.ones(9, np.float32)), 18, "r")
+    msg = use_kernel_features(SimpleNamespace(kernel_feat=np.ones(9, np.float32)), 19, "r")
     assert "before the matmul_m_align, matmul_n_align, matmul_k_align, matmul_lhs_k_minor, " \
-        "matmul_rhs_k_minor, relayout_bytes, output_minor_dim, output_minor_align, indexed_slices features" in msg
+        "matmul_rhs_k_minor, relayout_bytes, output_minor_dim, output_minor_align, indexed_slices, " \
+        "touched_bytes features" in msg
     new = SimpleNamespace(kernel_feat=np.arange(15, dtype=np.float32))
     assert use_kernel_features(new, 5, "x") is None and new.kernel_feat.tolist() == [0, 1, 2, 3, 4]
     new = SimpleNamespace(kernel_feat=np.arange(15, dtype=np.float32))

@@ -124,12 +124,16 @@ NODE_FEATURES = 140
 # a minor dim of 9 to 34, 0.06 to 0.11 with 8, 40, 48, 56, 64 or 128, and
 # 0.2 to 0.3 with most other sizes (96, 160 and 192 among them).
 # indexed_slices: the index tuples of the kernel's gathers and scatters:
-# XLA:CPU's scatter loop costs about 3 ns a tuple, whatever each one moves
+# XLA:CPU's scatter loop costs about 3 ns a tuple, whatever each one moves.
+# touched_bytes: what the kernel needs of its inputs, following which of
+# their elements its result depends on (hlo/cost.py): a fusion of strided
+# slices of a large parameter reads a fraction of what bytes_read counts
 KERNEL_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "output_bytes",
                    "matmul_batch", "matmul_m", "matmul_n", "matmul_k",
                    "matmul_m_align", "matmul_n_align", "matmul_k_align",
                    "matmul_lhs_k_minor", "matmul_rhs_k_minor", "relayout_bytes",
-                   "output_minor_dim", "output_minor_align", "indexed_slices")
+                   "output_minor_dim", "output_minor_align", "indexed_slices",
+                   "touched_bytes")
 # what featurize wrote before the matmul_* features (2026-11-25)
 BASE_KERNEL_FEATURES = 5
 # The three bound lists of a tile configuration, in the order TpuGraphs lays

@@ -45,14 +45,15 @@ def cli(inputs, output, skip_bad, quiet):
                                     point from user to operand); one row per
                                     distinct operand, and one from a caller
                                     to each called computation's root
-      kernel_feat  float32 (18)     flops, transcendentals, bytes_read,
+      kernel_feat  float32 (19)     flops, transcendentals, bytes_read,
                                     bytes_written, output_bytes,
                                     matmul_batch, matmul_m, matmul_n,
                                     matmul_k, matmul_m_align,
                                     matmul_n_align, matmul_k_align,
                                     matmul_lhs_k_minor, matmul_rhs_k_minor,
                                     relayout_bytes, output_minor_dim,
-                                    output_minor_align, indexed_slices
+                                    output_minor_align, indexed_slices,
+                                    touched_bytes
       config_feat  float32 (24)     tile config: kernel_bounds, output_bounds,
                                     input_bounds, each 6 entries + sum +
                                     product (zeros without a "config" field)
@@ -115,7 +116,12 @@ def cli(inputs, output, skip_bad, quiet):
     with 8, 40, 48, 56, 64 or 128, though not with every multiple of 8).
     indexed_slices: how many slices the kernel's gathers and scatters
     address (their index tuples): XLA:CPU's scatter loop costs about 3 ns a
-    tuple however little each one moves.
+    tuple however little each one moves. touched_bytes: what the kernel
+    needs of its inputs, following which of their elements its result
+    depends on (through elementwise ops, slices, broadcasts, pads, gathers,
+    reduces; all of a dot's or convolution's operands): a fusion that
+    slices every second row of a parameter, then every second of those,
+    reads a quarter of it, where bytes_read, as XLA counts it, is all.
     Kernel features are only appended: a model reads the first ones, as
     many as it was trained with.
 
