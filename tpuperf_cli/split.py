@@ -76,9 +76,10 @@ class ProgramSet:
         return len(self.names) + len(self.patterns)
 
 
-def split_programs(path, which):
-    """The programs of one list of a split file (a ProgramSet)."""
-    names = ProgramSet(load_split(path)[which])
+def split_programs(path, which, split=None):
+    """The programs of one list of a split file (a ProgramSet); `split`:
+    the file's lists, where load_split has read them already."""
+    names = ProgramSet((split or load_split(path))[which])
     if not names:
         raise TpuperfError(f"--split {path}: its {which!r} list is empty")
     return names
@@ -123,10 +124,8 @@ def training_records(records, path):
     """The records a split file's training learns from: those of its train
     list, less any generated from its valid or test programs (drawn_from)."""
     split = load_split(path)
-    train, held = ProgramSet(split["train"]), held_out(split)
-    if not train:
-        raise TpuperfError(f"--split {path}: its 'train' list is empty")
-    for r in records_of(records, train):
+    held = held_out(split)
+    for r in records_of(records, split_programs(path, "train", split)):
         if not drawn_from(r, held):
             yield r
 

@@ -609,7 +609,7 @@ _ONE_TO_ONE = ELEMENTWISE | frozenset({
     "clamp", "bitcast-convert", "reduce-precision", "real", "imag"})
 
 
-def touched_bytes(module: Module, comp) -> int:
+def touched_bytes(module: Module, comp, an: "_Analysis | None" = None) -> int:
     """Bytes the kernel needs of its inputs, following which of their
     elements its output depends on: a fusion that bitcasts a parameter and
     slices every second row of it, then every second of those, reads a
@@ -627,7 +627,7 @@ def touched_bytes(module: Module, comp) -> int:
     gathers of a softmax, ...), a bytes roofline fitted on the others is
     off by 0.84 (log) at the median with touched bytes, 1.30 with
     bytes_read."""
-    an = _Analysis(module)
+    an = an or _Analysis(module)
     root = comp.root
     if root is None or root.opcode != "fusion":
         return _kernel_bytes(an, comp, root)[0] if root is not None else 0
@@ -731,7 +731,7 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
                                       *matmul[:4], *aligned, *matmul[4:], relayout,
                                       minor, alignment(minor),
                                       indexed_slices(module, comp),
-                                      touched_bytes(module, comp))))
+                                      touched_bytes(module, comp, an))))
 
 
 def computation_cost(module: Module, name: str) -> tuple[int | float, int | float]:

@@ -29,6 +29,7 @@ from tpuperf_cli.errors import StreamError, TpuperfError
 from tpuperf_cli.model.dist import owner
 from tpuperf_cli.model.examples import Example, Scaler, example, slog, topological_order, use_kernel_features
 from tpuperf_cli.records import KERNEL, NODE_FEATURES, PROGRAM, TARGET, locate, measured_runtime, target_identity
+from tpuperf_cli.split import ProgramSet, drawn_from
 from tpuperf_cli.stream import read_records
 
 # ---------------------------------------------------------------- batches
@@ -163,13 +164,10 @@ class Corpus:
     def __init__(self, paths: Iterable[str], programs: Iterable[str] | None = None, task: str = "fusion",
                  memory_mb: float = 2048, configs: int = 16, interleave: int = 4, shuffle_items: int = 4096,
                  shard: tuple[int, int] = (0, 1), held_out: Iterable[str] | None = None):
-        from tpuperf_cli.split import ProgramSet, drawn_from  # not at import: predict never needs them
-
         self.paths = list(paths)
         self.programs = ProgramSet(programs) if programs is not None else None
         self.held_out = ProgramSet(held_out) if held_out else None
         self.drawn_from_held_out = 0
-        self._drawn_from = drawn_from
         self.task = task
         self.budget = int(memory_mb * (1 << 20))
         self.configs = configs
@@ -195,7 +193,7 @@ class Corpus:
         for number, record in enumerate(read_records(path), 1):
             if self.programs is not None and str(record.get(PROGRAM, "")) not in self.programs:
                 continue
-            if self.held_out is not None and self._drawn_from(record, self.held_out):
+            if self.held_out is not None and drawn_from(record, self.held_out):
                 if not mine_only:       # counted on the scan, not again every streamed epoch
                     self.drawn_from_held_out += 1
                 continue
