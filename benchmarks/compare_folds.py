@@ -30,6 +30,10 @@ trees fitted on each fold's training programs and generated kernels
 the fold's validation programs as the networks are, on the first
 --kernel-features (16, the recipe's) kernel features. Issue 12's goal
 asks for 0.67x its MAPE.
+
+--join A+B adds a candidate "A+B" whose prediction is the geometric mean
+of candidates A's and B's, fold by fold (as `tpuperf ensemble` joins
+networks): e.g. --lightgbm --join recipe+lightgbm.
 """
 
 import argparse
@@ -99,6 +103,9 @@ def main():
                     help="also LightGBM on the same features and data, fitted per fold")
     ap.add_argument("--kernel-features", type=int, default=16, metavar="N",
                     help="with --lightgbm: its first N kernel features (default 16, the recipe's)")
+    ap.add_argument("--join", action="append", default=[], metavar="A+B",
+                    help="also the geometric mean of candidates A's and B's predictions "
+                         "(repeatable; lightgbm names --lightgbm's trees)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
     if not args.candidates and not args.lightgbm:
@@ -109,6 +116,12 @@ def main():
         if len(models) != len(folds):
             sys.exit(f"compare_folds: {name}: {len(models)} model(s) for {len(folds)} folds "
                      f"(one per fold, in fold order)")
+    names = [name for name, _ in candidates] + ["lightgbm"] * args.lightgbm
+    for join in args.join:
+        parts = join.split("+")
+        if len(parts) != 2 or not all(p in names for p in parts):
+            sys.exit(f"compare_folds: --join {join!r}: needs A+B, two of the candidates "
+                     f"({', '.join(names)})")
     pattern = re.compile(args.family)
     if args.lightgbm:
         try:
@@ -131,11 +144,17 @@ def main():
 
     if args.lightgbm:
         candidates.append(("lightgbm", [None] * len(folds)))
+    preds = {name: [predictions(name, i, model) for i, model in enumerate(models)]
+             for name, models in candidates}
+    for join in args.join:
+        parts = join.split("+")
+        preds[join] = [np.exp((np.log(a) + np.log(b)) / 2)
+                       for a, b in zip(preds[parts[0]], preds[parts[1]])]
+        candidates.append((join, [f"{a} + {b}" for a, b in zip(*(dict(candidates)[p] for p in parts))]))
     out = {}
     for name, models in candidates:
         rows, per_fold = [], []
-        for i, model in enumerate(models):
-            pred = predictions(name, i, model)
+        for i, pred in enumerate(preds[name]):
             fold_rows = bench_accuracy.per_program(valid[i], pred, min_ns)
             per_fold.append(metrics.summarize(fold_rows, FIELDS)[0])
             rows += fold_rows

@@ -97,7 +97,7 @@ def test_ensemble_command_writes_a_model_predict_reads(trained, tmp_path):
     res = subprocess.run([TPUPERF, "ensemble", str(paths["s0"]), str(paths["s1"]), "-o", str(out)],
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
-    assert "2 members from 2 files" in res.stderr and out.exists()
+    assert "2 network(s) from 2 files" in res.stderr and out.exists()
     res = subprocess.run([TPUPERF, "predict", "-m", str(out), str(d / "data.zst")],
                          capture_output=True)
     assert res.returncode == 0, res.stderr

@@ -675,7 +675,8 @@ def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
             {"train": ["cnn_s_train"], "valid": valid, "test": ["gpt_s_train"]}))
     folds = ["--folds", str(tmp_path / "fold{}.json")]
     p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", f"b={model},{model}",
-                        "--lightgbm"], capture_output=True, text=True, timeout=300)
+                        "--lightgbm", "--join", "a+b", "--join", "a+lightgbm"],
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "2 folds" in p.stdout and "3 validation programs of 2 families" in p.stdout
     assert "+0.0 (0/2 won)" in p.stdout
@@ -683,7 +684,10 @@ def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
     # the trees, fitted on one training program a fold, are another candidate
     assert re.search(r"^  lightgbm .* \([0-2]/2 won\)$", p.stdout, re.M)
     assert "fitting on" in p.stderr
-    assert re.search(r"^  mlp\s+[\d.]+%\s+[\d.]+%\s+[\d.]+%$", p.stdout, re.M)
+    # a and b are one model: joined, they score as a; a and the trees are another candidate
+    assert re.search(r"^  a\+b .* \+0\.0 \(0/2 won\)$", p.stdout, re.M)
+    assert re.search(r"^  a\+lightgbm .* \([0-2]/2 won\)$", p.stdout, re.M)
+    assert re.search(r"^  mlp(\s+[\d.]+%){5}$", p.stdout, re.M)    # a, b, lightgbm and the two joined
     assert re.search(r"^  vit\s+[\d.]+%", p.stdout, re.M)
     p = subprocess.run([sys.executable, script, *folds, f"a={model}"],
                        capture_output=True, text=True, timeout=120)
@@ -691,3 +695,6 @@ def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
     assert "Traceback" not in p.stderr
     p = subprocess.run([sys.executable, script, *folds], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "or --lightgbm" in p.stderr
+    p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", "--join", "a+c"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "--join 'a+c': needs A+B, two of the candidates (a)" in p.stderr

@@ -145,12 +145,96 @@ def test_bad_tree_arrays_are_a_bad_model_file(trees_model, tmp_path):
                 load_model(str(bad), engine=engine)
 
 
-def test_ensemble_refuses_trees(trees_model, tmp_path):
+def test_ensemble_refuses_trees_alone(trees_model, tmp_path):
     from tpuperf_cli.commands.ensemble import cli as ensemble
 
     code, said = outcome(CliRunner().invoke(ensemble, [str(trees_model), str(trees_model), "-o",
                                                         str(tmp_path / "e.pt")]))
-    assert code == 1 and "gradient-boosted trees" in said
+    assert code == 1 and "gradient-boosted trees; an ensemble joins networks" in said
+
+
+@pytest.fixture(scope="module")
+def net_model(data):
+    """A network on the trees' data and split: the same feature scaling."""
+    out = data / "net.pt"
+    res = train_cli(["--data", str(data / "*.zst"), "--split", str(data / "split.json"), "-o", str(out),
+                     "--epochs", "2", "--hidden", "8", "--opcode-dim", "4", "--threads", "1", "-q"])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+def test_ensemble_joins_networks_and_trees(net_model, trees_model, data, tmp_path):
+    """tpuperf ensemble NET TREES: the trees count as one member more of
+    the geometric mean, in both engines, in predict and after a reload."""
+    from tpuperf_cli.commands.ensemble import cli as ensemble
+
+    test = [example(r) for r in read_records(str(data / "synth4.zst"))]
+    net = load_model(str(net_model)).predict_examples(test)
+    trees = load_model(str(trees_model)).predict_examples(test)
+    for files, want in (([net_model, trees_model], np.sqrt(net * trees)),
+                        ([net_model, net_model, trees_model], np.cbrt(net * net * trees))):
+        joined = tmp_path / "joined.pt"
+        res = CliRunner().invoke(ensemble, [*map(str, files), "-o", str(joined)])
+        assert res.exit_code == 0, res.output
+        d = torch.load(joined, weights_only=True)
+        assert d["version"] == 4 and d["trees"]["config"]["learner"] == "gbdt"
+        assert len(d["members"]) == len(files) - 2
+        for engine in ("numpy", "dgl"):
+            model = load_model(str(joined), engine=engine)
+            assert model.kind.startswith("sage/") and "+ gbdt, " in model.kind
+            assert model.describe()["members"] == len(files)
+            np.testing.assert_allclose(model.predict_examples(test), want, rtol=1e-4)
+    recs = list(read_records(str(data / "synth4.zst")))
+    res = subprocess.run([PY, "-m", "tpuperf_cli", "predict", "-m", str(joined)],
+                         input=stream_bytes(recs), capture_output=True)
+    assert res.returncode == 0, res.stderr.decode()
+    import msgpack
+
+    out = list(msgpack.Unpacker(__import__("io").BytesIO(res.stdout), raw=False))
+    np.testing.assert_allclose([r["pred_ns"] for r in out], want, rtol=1e-4)
+    # a joined file joins on as its parts: its networks and its trees
+    again = tmp_path / "again.pt"
+    res = CliRunner().invoke(ensemble, [str(net_model), str(joined), "-o", str(again)])
+    assert res.exit_code == 0, res.output
+    np.testing.assert_allclose(load_model(str(again)).predict_examples(test),
+                               np.exp((3 * np.log(net) + np.log(trees)) / 4), rtol=1e-4)
+
+
+def test_ensemble_refuses_what_cannot_join_trees(net_model, trees_model, data, tmp_path):
+    from tpuperf_cli.commands.ensemble import cli as ensemble
+
+    def join(*files):
+        return outcome(CliRunner().invoke(ensemble, [*map(str, files), "-o", str(tmp_path / "e.pt")]))
+
+    code, said = join(net_model, trees_model, trees_model)
+    assert code == 1 and "a second tree model" in said, said
+    # trees of other data: another feature scaling
+    other = tmp_path / "other.pt"
+    (tmp_path / "split.json").write_text(json.dumps({"train": ["synth0"], "valid": ["synth3"],
+                                                     "test": ["synth4"]}))
+    res = train_cli(["--learner", "gbdt", "--data", str(data / "*.zst"), "--split",
+                     str(tmp_path / "split.json"), "-o", str(other), "--trees", "20", "--threads", "1"])
+    assert res.exit_code == 0, res.output
+    code, said = join(net_model, other)
+    assert code == 1 and "feature scalings (trained on other data?) differ" in said, said
+    # a network that keeps other neighbors than the trees count
+    d = torch.load(trees_model, weights_only=True)
+    d["config"]["neighbors"] = 5
+    torch.save(d, tmp_path / "five.pt")
+    code, said = join(net_model, tmp_path / "five.pt")
+    assert code == 1 and "edges of 5 neighbors, the network keeps 20" in said, said
+    assert not os.path.exists(tmp_path / "e.pt")
+
+
+def test_calibrate_refuses_networks_joined_with_trees(net_model, trees_model, tmp_path):
+    from tpuperf_cli.commands.calibrate import cli
+    from tpuperf_cli.commands.ensemble import cli as ensemble
+
+    joined = tmp_path / "joined.pt"
+    assert CliRunner().invoke(ensemble, [str(net_model), str(trees_model), "-o", str(joined)]).exit_code == 0
+    code, said = outcome(CliRunner().invoke(cli, ["--model", str(joined), "--budget", "1m",
+                                                  "-o", str(tmp_path / "c.pt")]))
+    assert code == 1 and "networks joined with trees" in said and "one kind at a time" in said, said
 
 
 def test_gbdt_refuses_what_it_cannot_do(data, tmp_path):

@@ -947,6 +947,11 @@ def calibrate(opts: Options, log) -> dict:
     if base_fast.task != "fusion":
         raise TpuperfError(f"model {base_path}: a {base_fast.task}-task model; calibrate adapts "
                            f"fusion-task models (runtimes), not tile rankings")
+    if base_fast.trees is not None:
+        raise TpuperfError(f"model {base_path}: networks joined with trees (tpuperf ensemble); "
+                           f"calibrate adapts networks or trees, one kind at a time: give it the "
+                           f"networks' file or the trees' (the bundled model's networks: "
+                           f"--model {default_base('cpu')[0]})")
     trees = base_fast.is_trees
     methods = opts.methods
     if trees and methods == METHODS:

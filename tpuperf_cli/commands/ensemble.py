@@ -15,22 +15,29 @@ def cli(models, output, name, quiet):
     """Join trained models into one model file that predicts the geometric
     mean of their predictions.
 
-    The models must come from the same training data and options but for
+    The networks must come from the same training data and options but for
     the seed (or another option that leaves the network's shape alone):
     the same task, network config, feature scaling (to float32 rounding:
     the same data scaled on another CPU joins) and target. Members of
-    an ensemble given count one by one. predict, eval, score, compare and
-    calibrate take the file like any model; each prediction costs the
-    members' forward passes. Averaging a few seeds smooths the error one
-    seed's training leaves: on the random split's validation programs,
-    three seeds of the bundled model's settings gave a lower median MAPE
-    than any one of them (README, "The bundled model").
+    an ensemble given count one by one. At most one tree model (`tpuperf
+    train --learner gbdt` on the same data and split, so the same scaling)
+    may join them, as one member more: networks and trees err in different
+    places, and the bundled model is its network joined with such trees
+    (README, "The bundled model"). predict, eval, score and compare take
+    the file like any model; each prediction costs the members' forward
+    passes (the trees' in numpy). calibrate adapts networks or trees, one
+    kind at a time, so it refuses a file that joins both. Averaging a few
+    seeds smooths the error one seed's training leaves: on the manual
+    split's validation programs, three seeds of the bundled recipe joined
+    gave a lower median MAPE than any one of them.
 
     \b
     Examples:
       for s in 0 1 2; do tpuperf train --data 'shards/*.zst' --split split.json \\
           --seed $s -o m$s.pt; done
       tpuperf ensemble m0.pt m1.pt m2.pt -o ensemble.pt
+      tpuperf train --learner gbdt --data 'shards/*.zst' --split split.json -o trees.pt
+      tpuperf ensemble m0.pt trees.pt -o joined.pt
       hlo-split prog.hlo | featurize | predict -m ensemble.pt | score
 
     Exit status: 0 on success, 1 when a file is not a model or the models
@@ -46,5 +53,6 @@ def cli(models, output, name, quiet):
     d = combine_models(models, name)
     save_atomic(d, output)
     if not quiet:
-        print(f"ensemble: wrote {output} (model {d['name']}, {len(member_states(d))} members "
-              f"from {len(models)} files)", file=sys.stderr)
+        trees = " and trees" if d.get("trees") is not None else ""
+        print(f"ensemble: wrote {output} (model {d['name']}, {len(member_states(d))} network(s)"
+              f"{trees} from {len(models)} files)", file=sys.stderr)

@@ -36,8 +36,9 @@ Public functions others call:
 import os
 
 MODEL_FORMAT = "tpuperf-model"
-MODEL_VERSION = 3          # the newest file version read: 2 holds `members` (an ensemble), 1 not,
-TREE_MODEL_VERSION = 3     # 3 gradient-boosted trees (model.trees), which older tpuperfs cannot run
+MODEL_VERSION = 4          # the newest file version read: 2 holds `members` (an ensemble), 1 not,
+TREE_MODEL_VERSION = 3     # 3 gradient-boosted trees (model.trees), which older tpuperfs cannot run,
+TREES_JOINED_VERSION = 4   # 4 networks joined with trees (`trees`: tpuperf ensemble)
 DEFAULT_MODEL = "default.pt"
 # the bundled model's recipe, seeds 0 (default.pt's network) to 2, joined:
 # calibrate's base on a CPU, each fit starting from its own seed

@@ -6,7 +6,7 @@ model file cannot run code) holds:
     format, version   "tpuperf-model", 1 (2 for an ensemble: with members; 3
                       for gradient-boosted trees, model.trees: config
                       {"learner": "gbdt", ...}, the trees' arrays as
-                      state_dict)
+                      state_dict; 4 for networks joined with trees)
     name              model id written to each record's `model` field
                       (file stem + short hash of the weights)
     task, loss        "fusion" / "tile"; "mse", "ape", "hinge" or "logistic"
@@ -15,6 +15,9 @@ model file cannot run code) holds:
     members           (ensembles only) the weights of the other members,
                       networks of the same config and scaling whose outputs
                       (log runtimes) are averaged; see combine_models
+    trees             (version 4 only: networks joined with trees) a tree
+                      model of the same scaling, {"config", "state_dict"}
+                      as a version 3 file's, counted as one more member
     scaling           feature scaling from the training data (data.Scaler):
                       per-feature min and max after a signed log, the log
                       runtime mean and deviation, the opcode ids seen
@@ -53,7 +56,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tpuperf_cli.errors import StreamError, TpuperfError, read_file
-from tpuperf_cli.model import MODEL_FORMAT, MODEL_VERSION, check_device, default_model_path, set_threads, thread_env
+from tpuperf_cli.model import (
+    MODEL_FORMAT,
+    MODEL_VERSION,
+    TREES_JOINED_VERSION,
+    check_device,
+    default_model_path,
+    set_threads,
+    thread_env,
+)
 from tpuperf_cli.model.data import Batch, make_batch
 from tpuperf_cli.model.examples import Example, Scaler, example, use_kernel_features
 from tpuperf_cli.model.trees import TreeConfig, TreeNet, is_tree_config
@@ -85,6 +96,7 @@ class Model:
         self.sequence = net.cfg.reduction in ("lstm", "transformer")
         self.engine = getattr(net, "engine", "dgl")     # "numpy": infer.NumpyNet, no torch
         self.chosen = None         # why load_model chose this file as the default, if it did
+        self.trees: TreeNet | None = None   # trees joined with the network(s): set_trees
         self._memo = {}            # graph inputs (bytes) -> predicted ns, see predict_parts
         self._memo_bytes = 0
 
@@ -95,17 +107,42 @@ class Model:
         return make_batch(examples, self.scaler, self.lut, self.cfg.neighbors,
                           self.sequence, self.cfg.max_nodes, groups)
 
+    def set_trees(self, trees: TreeNet) -> None:
+        """Join trees to the network(s): they count as one more member of
+        the average of standardised log runtimes (the geometric mean of
+        the predictions), run in numpy on the same batch."""
+        if self.is_trees:
+            raise TpuperfError(f"model {self.name}: trees join a network, not other trees")
+        if trees.cfg.in_features != self.scaler.width:
+            raise TpuperfError(f"model {self.name}: the trees read {trees.cfg.in_features} scaled "
+                               f"features, the network {self.scaler.width}")
+        if trees.cfg.neighbors != self.cfg.neighbors:
+            # the trees' edge count reads the batch's edges, kept per node as the network keeps them
+            raise TpuperfError(f"model {self.name}: the trees count edges of {trees.cfg.neighbors} "
+                               f"neighbors, the network keeps {self.cfg.neighbors}")
+        self.trees = trees
+        self._memo.clear()
+
+    @property
+    def networks(self) -> int:
+        """How many networks predict (an ensemble's members; 0 for trees alone)."""
+        return 0 if self.is_trees else len(getattr(self.net, "members", ())) or 1
+
     def forward(self, batch: Batch) -> np.ndarray:
         """Predicted ns per graph of a data.Batch."""
         if self.engine == "numpy":
-            return self.scaler.runtime(self.net(batch))
-        import torch
+            y = self.net(batch)
+        else:
+            import torch
 
-        from tpuperf_cli.model.net import to_device
+            from tpuperf_cli.model.net import to_device
 
-        with torch.no_grad():
-            y = self.net(to_device(batch, self.device))
-        return self.scaler.runtime(y.cpu().numpy())
+            with torch.no_grad():
+                y = self.net(to_device(batch, self.device)).cpu().numpy()
+        if self.trees is not None:
+            n = self.networks
+            y = (np.asarray(y, np.float64) * n + self.trees(batch)) / (n + 1)
+        return self.scaler.runtime(y)
 
     def predict_parts(self, parts: Sequence[tuple]) -> tuple[np.ndarray, int | None]:
         """(predicted ns, bad) for graphs given as parts.record_parts, in
@@ -150,20 +187,9 @@ class Model:
         orders configurations, lower = faster, on the same scale)."""
         self.check_examples(examples)
         out = np.empty(len(examples), np.float64)
-        if self.engine == "numpy":
-            for start in range(0, len(examples), batch_size):
-                chunk = examples[start:start + batch_size]
-                out[start:start + len(chunk)] = self.scaler.runtime(self.net(self.batch(chunk)))
-            return out
-        import torch
-
-        from tpuperf_cli.model.net import to_device
-
-        with torch.no_grad():
-            for start in range(0, len(examples), batch_size):
-                chunk = examples[start:start + batch_size]
-                y = self.net(to_device(self.batch(chunk), self.device))
-                out[start:start + len(chunk)] = self.scaler.runtime(y.cpu().numpy())
+        for start in range(0, len(examples), batch_size):
+            chunk = examples[start:start + batch_size]
+            out[start:start + len(chunk)] = self.forward(self.batch(chunk))
         return out
 
     def fits(self, ex: Example, where: object, record: Record | None = None) -> str | None:
@@ -192,13 +218,16 @@ class Model:
         """What predicts, in a few words: "sage/column", "gbdt, 812 trees"."""
         if self.is_trees:
             return f"gbdt, {self.cfg.trees} trees"
+        if self.trees is not None:
+            return f"{self.cfg.gnn}/{self.cfg.reduction} + gbdt, {self.trees.cfg.trees} trees"
         return f"{self.cfg.gnn}/{self.cfg.reduction}"
 
     def describe(self) -> dict:
         t = self.meta.get("trained") or {}
         tgt = self.target or {}
         return {"name": self.name, "task": self.task, "loss": self.meta.get("loss"),
-                "members": len(getattr(self.net, "members", ())) or 1,
+                "members": (self.networks or 1) + (self.trees is not None),
+                "trees": self.trees.cfg.trees if self.trees is not None else None,
                 "target": {k: tgt.get(k) for k in TARGET_KEYS},
                 "config": self.meta.get("config"), "trained": t}
 
@@ -264,39 +293,76 @@ def member_states(d: dict, path: str = "model") -> list[dict]:
 
 def combine_models(paths: Sequence[str], name: str | None = None) -> dict:
     """The model dict of an ensemble of the model files at `paths`: every
-    network of each (an ensemble's members count one by one), predicting
-    the geometric mean of their predictions. They must share the task,
-    network config, feature scaling (the same training data: seeds, say)
-    and target; TpuperfError naming the first file that differs."""
+    network of each (an ensemble's members count one by one) and at most
+    one tree model (`train --learner gbdt`, counted as one member more),
+    predicting the geometric mean of their predictions. They must share
+    the task, feature scaling (the same training data: seeds, say) and
+    target, the networks their config; TpuperfError naming the first file
+    that differs."""
     if len(paths) < 2:
         raise TpuperfError("an ensemble needs at least two model files")
-    dicts = []
+    # (path, dict) of network files; (path, tree part) of trees: a tree
+    # file's dict, or a joined file's `trees` (its scaling is its networks')
+    nets, trees = [], []
     for path in paths:
         d = read_model_file(path)
         _check_fields(d, path)
         if is_tree_config(d["config"]):
-            raise TpuperfError(f"model {path}: gradient-boosted trees; an ensemble joins networks "
-                               f"(tpuperf train's default learner)")
-        dicts.append((path, d))
-    first_path, first = dicts[0]
-    for path, d in dicts[1:]:
-        for field in ("task", "config", "scaling", "target"):
+            trees.append((path, d))
+        else:
+            nets.append((path, d))
+            if d.get("trees") is not None:
+                trees.append((path, d["trees"]))
+    if not nets:
+        raise TpuperfError(f"model {paths[0]}: gradient-boosted trees; an ensemble joins networks "
+                           f"(tpuperf train's default learner), and at most one tree model with them")
+    if len(trees) > 1:
+        raise TpuperfError(f"model {trees[1][0]}: a second tree model ({trees[0][0]} holds trees); "
+                           f"an ensemble joins networks and at most one tree model")
+    first_path, first = nets[0]
+    differs = {"config": "network configs", "scaling": "feature scalings (trained on other data?)",
+               "target": "targets (measured on other machines)"}
+    for path, d in nets[1:] + [(p, t) for p, t in trees if "scaling" in t]:
+        fields = ("task", "scaling", "target") if is_tree_config(d["config"]) else \
+            ("task", "config", "scaling", "target")
+        for field in fields:
             same = _same_numbers if field == "scaling" else (lambda a, b: a == b)
             if not same(d.get(field), first.get(field)):
-                why = {"config": "network configs", "scaling": "feature scalings (trained on other "
-                       "data?)", "target": "targets (measured on other machines)"}.get(field, field + "s")
                 raise TpuperfError(f"model {path}: cannot join {first_path} in an ensemble: their "
-                                   f"{why} differ")
-    per_file = [member_states(d, path) for path, d in dicts]
+                                   f"{differs.get(field, field + 's')} differ")
+    if trees:
+        tree_path, tree = trees[0]
+        if tree["config"].get("neighbors") != first["config"].get("neighbors"):
+            raise TpuperfError(f"model {tree_path}: cannot join {first_path} in an ensemble: the "
+                               f"trees count edges of {tree['config'].get('neighbors')} neighbors, "
+                               f"the network keeps {first['config'].get('neighbors')}")
+    per_file = [member_states(d, path) for path, d in nets]
     states = [s for file_states in per_file for s in file_states]
     stem = name or str(first["name"]).rsplit("-", 1)[0]
     members_info = [{"file": path, "name": d["name"], "members": len(file_states),
-                     "trained": d.get("trained")} for (path, d), file_states in zip(dicts, per_file)]
-    out = {k: v for k, v in first.items() if k not in ("state_dict", "members")}
-    out.update(version=2, name=f"{stem}-{ensemble_digest(states)}", state_dict=states[0],
-               members=states[1:],
+                     "trained": d.get("trained")} for (path, d), file_states in zip(nets, per_file)]
+    out = {k: v for k, v in first.items() if k not in ("state_dict", "members", "trees")}
+    digest = ensemble_digest(states)
+    if trees:
+        tree_path, tree = trees[0]
+        tree_part = {"config": tree["config"], "state_dict": tree["state_dict"]}
+        out["trees"] = tree_part
+        digest = hashlib.sha256(f"{digest} {tree_digest(tree_part)}".encode()).hexdigest()[:8]
+        if "scaling" in tree:     # a tree file (a joined file's trees are in its entry)
+            members_info.append({"file": tree_path, "name": tree.get("name"), "members": 1,
+                                 "trees": tree["config"].get("trees"), "trained": tree.get("trained")})
+    out.update(version=TREES_JOINED_VERSION if trees else 2, name=f"{stem}-{digest}",
+               state_dict=states[0], members=states[1:],
                trained={**(first.get("trained") or {}), "ensemble": _plain(members_info)})
     return out
+
+
+def tree_digest(part: dict) -> str:
+    """trees.digest of a tree model's {"config", "state_dict"}."""
+    from tpuperf_cli.model.trees import digest
+
+    return digest({k: np.asarray(v.numpy() if hasattr(v, "numpy") else v)
+                   for k, v in part["state_dict"].items()})
 
 
 def _same_numbers(a, b, rel=1e-5) -> bool:
@@ -466,28 +532,55 @@ def build(d: dict, path: str = "model", device: str = "cpu") -> Model:
         raise TpuperfError(f"model {path}: bad model file (scaling has {scaler.width} features, "
                            f"network expects {cfg.in_features})")
     net.to(device)
-    return Model(net, scaler, _meta(d), path, device)
+    return _with_trees(Model(net, scaler, _meta(d), path, device), d, path)
 
 
 def tree_model(d: dict, path: str = "model") -> Model:
     """A Model of gradient-boosted trees (model.trees) from a model dict."""
+    return Model(tree_net(d, path), _scaler(d, path), _meta(d), path, "cpu")
+
+
+def tree_net(d: dict, path: str = "model", where: str = "") -> TreeNet:
+    """The TreeNet of a tree model's dict ({"config", "state_dict"} of the
+    trees, a version 3 file or a version 4 file's `trees`)."""
     try:
         cfg = TreeConfig.from_dict(d["config"])
         state = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in d["state_dict"].items()}
         net = TreeNet(cfg, state)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise TpuperfError(f"model {path}: bad model file ({where}{first})") from None
+    return net
+
+
+def _scaler(d: dict, path: str) -> Scaler:
+    """The feature scaling of a tree model's dict, checked against its trees' width."""
+    try:
         scaler = Scaler.from_dict(d["scaling"])
     except (ValueError, KeyError, TypeError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise TpuperfError(f"model {path}: bad model file ({first})") from None
-    if scaler.width != cfg.in_features:
+    if scaler.width != d["config"].get("in_features"):
         raise TpuperfError(f"model {path}: bad model file (scaling has {scaler.width} features, "
-                           f"the trees' config says {cfg.in_features})")
-    return Model(net, scaler, _meta(d), path, "cpu")
+                           f"the trees' config says {d['config'].get('in_features')})")
+    return scaler
+
+
+def _with_trees(model: Model, d: dict, path: str) -> Model:
+    """model with the trees of a version 4 file joined (model.set_trees)."""
+    trees = d.get("trees")
+    if trees is None:
+        return model
+    if not isinstance(trees, dict) or not is_tree_config(trees.get("config")):
+        raise TpuperfError(f"model {path}: bad model file (trees is not a tree model's config and "
+                           f"state_dict)")
+    model.set_trees(tree_net(trees, path, "its trees: "))
+    return model
 
 
 def _meta(d: dict) -> dict:
     """A model dict without its weights: what Model.meta keeps."""
-    return {k: v for k, v in d.items() if k not in ("state_dict", "members")}
+    return {k: v for k, v in d.items() if k not in ("state_dict", "members", "trees")}
 
 
 def _weights_mismatch(expected, got, most=3):
@@ -582,7 +675,7 @@ def _load_numpy(path: str, required: bool) -> Model | None:
         if required:
             return _numpy_refuses(path, read_model_file(path), e)
         return None
-    return Model(net, scaler, _meta(d), path, "cpu")
+    return _with_trees(Model(net, scaler, _meta(d), path, "cpu"), d, path)
 
 
 def _numpy_refuses(path, d, why=None):
@@ -698,7 +791,8 @@ def _predicted(items, model, batch_size, name, warn):
     warn = warn or (lambda msg: print(msg, file=sys.stderr))
     warned = False
     checked = None              # the last target compared (records of a stream share one)
-    beyond = getattr(model.net, "beyond", None)     # trees count kernels past their data
+    trees = model.trees if model.trees is not None else (model.net if model.is_trees else None)
+    beyond = trees.beyond if trees is not None else None    # trees count kernels past their data
     kf = model.scaler.kernel_features
     pending, raws, parts, numbers = [], [], [], []
     error = None
@@ -754,8 +848,8 @@ def _predicted(items, model, batch_size, name, warn):
         k = len(preds)
         yield pending[:k], raws[:k], preds
         error = problem or error
-    if beyond is not None and model.net.beyond > beyond:
-        warn(f"predict: warning: {model.net.beyond - beyond} distinct kernel(s) are larger (flops or "
+    if beyond is not None and trees.beyond > beyond:
+        warn(f"predict: warning: {trees.beyond - beyond} distinct kernel(s) are larger (flops or "
              f"bytes) than any model {model.name} was trained on; its trees cannot extrapolate, so "
              f"they predict those as the largest they know (too fast, most likely)")
     if error is not None:
