@@ -588,6 +588,19 @@ def test_train_default_model_trains_teachers_then_distils(tmp_path):
     calls = log.read_text()
     assert calls.count("tpuperf_cli train") == 1 and "--teacher" not in calls and "ensemble" not in calls
 
+    # TREES=1: trees on the same data and draw, joined with the network
+    log.unlink()
+    res = subprocess.run(["sh", str(script)], env={**env, "TREES": "1"}, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    calls = [c for c in log.read_text().splitlines() if "build_corpus.py" not in c]
+    net, trees = [c for c in calls if c.startswith("-m tpuperf_cli train")]
+    assert "--learner gbdt" in trees and "--learner" not in net
+    for same in ("--split examples/splits/random.json", "--generated-share 0.5", "--kernel-features 16",
+                 "--source-weight indexed=0.25"):
+        assert same in net and same in trees, same
+    joined = next(c for c in calls if c.startswith("-m tpuperf_cli ensemble"))
+    assert re.search(r"seed0\.pt \S+trees\.pt --name model -o " + re.escape(str(out)) + "$", joined), joined
+
 
 def test_conv_lookalikes_counts_multiply_adds_per_feature_group():
     """benchmarks/bench_conv_lookalikes.py: a convolution's form and

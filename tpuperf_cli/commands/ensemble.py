@@ -22,8 +22,9 @@ def cli(models, output, name, quiet):
     an ensemble given count one by one. At most one tree model (`tpuperf
     train --learner gbdt` on the same data and split, so the same scaling)
     may join them, as one member more: networks and trees err in different
-    places, and the bundled model is its network joined with such trees
-    (README, "The bundled model"). predict, eval, score and compare take
+    places (on 79 programs of families held out of training, the bundled
+    recipe's network joined with such trees: median MAPE 26.1% against
+    27.7% alone; README, "The bundled model"). predict, eval, score and compare take
     the file like any model; each prediction costs the members' forward
     passes (the trees' in numpy). calibrate adapts networks or trees, one
     kind at a time, so it refuses a file that joins both. Averaging a few
