@@ -594,7 +594,7 @@ def test_train_default_model_trains_teachers_then_distils(tmp_path):
     assert res.returncode == 0, res.stderr
     calls = [c for c in log.read_text().splitlines() if "build_corpus.py" not in c]
     net, trees = [c for c in calls if c.startswith("-m tpuperf_cli train")]
-    assert "--learner gbdt" in trees and "--learner" not in net
+    assert "--learner gbdt" in trees and "--lr 0.1" in trees and "--learner" not in net
     for same in ("--split examples/splits/random.json", "--generated-share 0.5", "--kernel-features 16",
                  "--source-weight indexed=0.25"):
         assert same in net and same in trees, same
