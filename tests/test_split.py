@@ -9,7 +9,7 @@ from tpuperf_cli.commands.baseline import cli as baseline_cli
 from tpuperf_cli.commands.split import cli
 from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.records import new_record
-from tpuperf_cli.split import assign_records, family_folds, split_units
+from tpuperf_cli.split import assign_records, family_folds, load_split, split_units
 from tpuperf_cli.stream import RecordWriter, read_records
 
 NAMES = [f"{fam}_{size}_train" for fam in ("gpt", "mlp", "cnn", "vit", "gru") for size in "sml"]
@@ -213,3 +213,16 @@ def test_folds_command_writes_one_split_file_a_fold(tmp_path):
     base.write_text("{")
     r = CliRunner().invoke(cli, ["folds", str(base), "-o", out])
     assert r.exit_code == 1 and "not JSON" in str(r.exception)
+
+
+def test_committed_fold_files_are_what_split_folds_writes():
+    """examples/splits/folds/: the manual split's family folds and the
+    random split's program folds, as the README's commands make them (a
+    split file edited since would leave its folds stale)."""
+    from pathlib import Path
+
+    splits = Path(__file__).resolve().parents[1] / "examples" / "splits"
+    for name, family in (("manual", r"^[a-z]+"), ("random", r"^.*$")):
+        folds = family_folds(load_split(str(splits / f"{name}.json")), 4, seed=0, family=family)
+        committed = [json.loads((splits / "folds" / f"{name}-fold{i}.json").read_text()) for i in range(4)]
+        assert committed == folds, name
