@@ -402,3 +402,24 @@ def test_records_featurized_before_the_matmul_features_are_told_to_featurize_aga
     assert use_kernel_features(new, 5, "x") is None and new.kernel_feat.tolist() == [0, 1, 2, 3, 4]
     new = SimpleNamespace(kernel_feat=np.arange(15, dtype=np.float32))
     assert use_kernel_features(new, 9, "x") is None and new.kernel_feat.tolist() == list(range(9))
+
+
+def test_a_model_reading_fewer_kernel_features_leaves_the_callers_examples_whole():
+    """The bundled model reads 16 kernel features; the corpus's records carry
+    19. Predicting with it must not cut the caller's examples, which a model
+    reading all 19 predicts next (benchmarks compare such models on one list)."""
+    from tpuperf_cli.records import KERNEL_FEATURES
+
+    records = synthetic_records(n_programs=1, kernels=6, seed=3)
+    examples = [example(r, i) for i, r in enumerate(records, 1)]
+    assert examples[0].kernel_feat.size == len(KERNEL_FEATURES) == 19
+    model = load_model(None, engine="numpy")
+    assert model.scaler.kernel_features == 16
+    before = [ex.kernel_feat.copy() for ex in examples]
+    pred = model.predict_examples(examples)
+    model.batch(examples)
+    assert all(np.array_equal(ex.kernel_feat, b) for ex, b in zip(examples, before))
+    # what it reads is the first 16 of each: the same as records cut to them
+    cut = [ex.cut(16) for ex in examples]
+    assert all(c.kernel_feat.size == 16 and c.program == ex.program for c, ex in zip(cut, examples))
+    np.testing.assert_array_equal(model.predict_examples(cut), pred)

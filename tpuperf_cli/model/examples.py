@@ -67,6 +67,14 @@ class Example:
         self.order = None      # topological order, computed when a sequence reduction needs it
         self.noise = math.nan  # measure's relative spread of the samples, where it wrote one
 
+    def cut(self, kernel_features: int) -> Example:
+        """A shallow copy reading only the first kernel_features kernel features."""
+        out = Example.__new__(Example)
+        for name in Example.__slots__:
+            setattr(out, name, getattr(self, name))
+        out.kernel_feat = self.kernel_feat[:kernel_features]
+        return out
+
     @property
     def n(self) -> int:
         return self.opcode.shape[0]

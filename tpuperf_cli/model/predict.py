@@ -101,10 +101,9 @@ class Model:
         self._memo_bytes = 0
 
     def batch(self, examples: Sequence[Example], groups: np.ndarray | None = None) -> Batch:
-        # examples of records featurized after the model are cut to its
+        # examples of records featurized after the model are read to its
         # kernel features here too: calibrate trains on them through batch
-        self.check_examples(examples)
-        return make_batch(examples, self.scaler, self.lut, self.cfg.neighbors,
+        return make_batch(self.check_examples(examples), self.scaler, self.lut, self.cfg.neighbors,
                           self.sequence, self.cfg.max_nodes, groups)
 
     def set_trees(self, trees: TreeNet) -> None:
@@ -185,7 +184,7 @@ class Model:
     def predict_examples(self, examples: Sequence[Example], batch_size: int = 512) -> np.ndarray:
         """Predicted runtime in ns per example (tile models: a score that
         orders configurations, lower = faster, on the same scale)."""
-        self.check_examples(examples)
+        examples = self.check_examples(examples)
         out = np.empty(len(examples), np.float64)
         for start in range(0, len(examples), batch_size):
             chunk = examples[start:start + batch_size]
@@ -198,15 +197,24 @@ class Model:
         return use_kernel_features(ex, self.scaler.kernel_features, where, record,
                                    f"; model {self.name} was trained with {self.scaler.kernel_features}")
 
-    def check_examples(self, examples: Sequence[Example]) -> None:
-        """StreamError naming the first example this model cannot read."""
+    def check_examples(self, examples: Sequence[Example]) -> Sequence[Example]:
+        """The examples as this model reads them: one with more kernel
+        features than it was trained with (featurized after it) becomes a
+        copy of its first ones, the caller's left alone (another model may
+        read all of them); StreamError naming the first it cannot read."""
         kf = self.scaler.kernel_features
+        fitted = None
         for i, ex in enumerate(examples, 1):
-            if ex.kernel_feat.size != kf:
-                what = f"{ex.program}/{ex.kernel}" if ex.program or ex.kernel else "?"
-                wrong = self.fits(ex, f"example {i} ({what})")
-                if wrong:
-                    raise StreamError(wrong)
+            if ex.kernel_feat.size == kf:
+                continue
+            if ex.kernel_feat.size > kf:
+                if fitted is None:
+                    fitted = list(examples)
+                fitted[i - 1] = ex.cut(kf)
+                continue
+            what = f"{ex.program}/{ex.kernel}" if ex.program or ex.kernel else "?"
+            raise StreamError(self.fits(ex, f"example {i} ({what})"))
+        return examples if fitted is None else fitted
 
     @property
     def is_trees(self) -> bool:
