@@ -150,7 +150,9 @@ def main():
         parts = join.split("+")
         preds[join] = [np.exp((np.log(a) + np.log(b)) / 2)
                        for a, b in zip(preds[parts[0]], preds[parts[1]])]
-        candidates.append((join, [f"{a} + {b}" for a, b in zip(*(dict(candidates)[p] for p in parts))]))
+        # the models each fold joins (lightgbm's trees are fitted here: no file)
+        files = [[m or name for m in dict(candidates)[name]] for name in parts]
+        candidates.append((join, [f"{a} + {b}" for a, b in zip(*files)]))
     out = {}
     for name, models in candidates:
         rows, per_fold = [], []
