@@ -117,8 +117,8 @@ def main():
             sys.exit(f"compare_folds: {name}: {len(models)} model(s) for {len(folds)} folds "
                      f"(one per fold, in fold order)")
     names = [name for name, _ in candidates] + ["lightgbm"] * args.lightgbm
-    for join in args.join:
-        parts = join.split("+")
+    joins = [(join, join.split("+")) for join in args.join]
+    for join, parts in joins:
         if len(parts) != 2 or not all(p in names for p in parts):
             sys.exit(f"compare_folds: --join {join!r}: needs A+B, two of the candidates "
                      f"({', '.join(names)})")
@@ -146,8 +146,7 @@ def main():
         candidates.append(("lightgbm", [None] * len(folds)))
     preds = {name: [predictions(name, i, model) for i, model in enumerate(models)]
              for name, models in candidates}
-    for join in args.join:
-        parts = join.split("+")
+    for join, parts in joins:
         preds[join] = [np.exp((np.log(a) + np.log(b)) / 2)
                        for a, b in zip(preds[parts[0]], preds[parts[1]])]
         # the models each fold joins (lightgbm's trees are fitted here: no file)

@@ -338,12 +338,6 @@ def combine_models(paths: Sequence[str], name: str | None = None) -> dict:
             if not same(d.get(field), first.get(field)):
                 raise TpuperfError(f"model {path}: cannot join {first_path} in an ensemble: their "
                                    f"{differs.get(field, field + 's')} differ")
-    if trees:
-        tree_path, tree = trees[0]
-        if tree["config"].get("neighbors") != first["config"].get("neighbors"):
-            raise TpuperfError(f"model {tree_path}: cannot join {first_path} in an ensemble: the "
-                               f"trees count edges of {tree['config'].get('neighbors')} neighbors, "
-                               f"the network keeps {first['config'].get('neighbors')}")
     per_file = [member_states(d, path) for path, d in nets]
     states = [s for file_states in per_file for s in file_states]
     stem = name or str(first["name"]).rsplit("-", 1)[0]
@@ -353,6 +347,10 @@ def combine_models(paths: Sequence[str], name: str | None = None) -> dict:
     digest = ensemble_digest(states)
     if trees:
         tree_path, tree = trees[0]
+        if tree["config"].get("neighbors") != first["config"].get("neighbors"):
+            raise TpuperfError(f"model {tree_path}: cannot join {first_path} in an ensemble: the "
+                               f"trees count edges of {tree['config'].get('neighbors')} neighbors, "
+                               f"the network keeps {first['config'].get('neighbors')}")
         tree_part = {"config": tree["config"], "state_dict": tree["state_dict"]}
         out["trees"] = tree_part
         digest = hashlib.sha256(f"{digest} {tree_digest(tree_part)}".encode()).hexdigest()[:8]
@@ -369,8 +367,13 @@ def tree_digest(part: dict) -> str:
     """trees.digest of a tree model's {"config", "state_dict"}."""
     from tpuperf_cli.model.trees import digest
 
-    return digest({k: np.asarray(v.numpy() if hasattr(v, "numpy") else v)
-                   for k, v in part["state_dict"].items()})
+    return digest(_tree_arrays(part["state_dict"]))
+
+
+def _tree_arrays(state_dict: dict) -> dict:
+    """A tree model's state_dict as numpy arrays (torch.load gives tensors,
+    weights.read_model_dict arrays already)."""
+    return {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in state_dict.items()}
 
 
 def _same_numbers(a, b, rel=1e-5) -> bool:
@@ -534,8 +537,7 @@ def build(d: dict, path: str = "model", device: str = "cpu") -> Model:
         net = nets[0] if len(nets) == 1 else EnsembleNet(nets)
         scaler = Scaler.from_dict(d["scaling"])
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise TpuperfError(f"model {path}: bad model file ({first})") from None
+        raise _bad_file(path, e) from None
     if scaler.width != cfg.in_features:
         raise TpuperfError(f"model {path}: bad model file (scaling has {scaler.width} features, "
                            f"network expects {cfg.in_features})")
@@ -553,11 +555,9 @@ def tree_net(d: dict, path: str = "model", where: str = "") -> TreeNet:
     trees, a version 3 file or a version 4 file's `trees`)."""
     try:
         cfg = TreeConfig.from_dict(d["config"])
-        state = {k: np.asarray(v.numpy() if hasattr(v, "numpy") else v) for k, v in d["state_dict"].items()}
-        net = TreeNet(cfg, state)
+        net = TreeNet(cfg, _tree_arrays(d["state_dict"]))
     except (ValueError, KeyError, TypeError, AttributeError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise TpuperfError(f"model {path}: bad model file ({where}{first})") from None
+        raise _bad_file(path, e, where) from None
     return net
 
 
@@ -566,12 +566,18 @@ def _scaler(d: dict, path: str) -> Scaler:
     try:
         scaler = Scaler.from_dict(d["scaling"])
     except (ValueError, KeyError, TypeError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise TpuperfError(f"model {path}: bad model file ({first})") from None
+        raise _bad_file(path, e) from None
     if scaler.width != d["config"].get("in_features"):
         raise TpuperfError(f"model {path}: bad model file (scaling has {scaler.width} features, "
                            f"the trees' config says {d['config'].get('in_features')})")
     return scaler
+
+
+def _bad_file(path: str, e: BaseException, where: str = "") -> TpuperfError:
+    """The error for a model file whose contents do not build: the first
+    line of what went wrong."""
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return TpuperfError(f"model {path}: bad model file ({where}{first})")
 
 
 def _with_trees(model: Model, d: dict, path: str) -> Model:
