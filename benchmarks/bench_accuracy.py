@@ -22,7 +22,8 @@ own uncertainty, a floor no model's MAPE can be judged below.
 floor included): kernels grouped by measured size (decades of runtime), by
 kind (the opcode, or the fusion's kind: kLoop, kInput, kOutput), by family (the
 program's model, its name up to the first "_"), and by the scatter or gather
-a kernel holds (fused or not), each group with its
+a kernel holds (fused or not), and the kLoop fusions by what they hold
+(a reduce, a transpose, a dot, bf16 values), each group with its
 kernels, median APE of model and baseline, the median noise of its labels,
 and its share of the test programs' summed absolute error of the
 whole-program estimate (prediction x count against runtime x count).
@@ -224,6 +225,29 @@ def breakdown(records, pred, bpred):
     held = {op: np.asarray([i for i, r in enumerate(records) if f" {op}(" in (r.get("hlo") or "")],
                            dtype=int) for op in INDEXED_OPS}
     table("indexed op held (cost per index tuple)", held, list(INDEXED_OPS))
+    loops = fusion_contents(records, "kLoop")
+    table("what a kLoop fusion holds", loops, list(FUSION_HOLDS) + ["none of these"])
+
+
+# what a fusion may hold that changes how XLA:CPU emits its loop: a reduce
+# (an inner loop per output element), a transpose, a dot, bf16 values
+FUSION_HOLDS = {"reduce": " reduce(", "transpose": " transpose(", "dot": " dot(",
+                "bf16": "bf16["}
+
+
+def fusion_contents(records, fusion_kind):
+    """Indices of the fusions of one kind, grouped by what they hold
+    (FUSION_HOLDS; a fusion can be in several groups), and those holding
+    none of these."""
+    groups = {name: [] for name in list(FUSION_HOLDS) + ["none of these"]}
+    for i, r in enumerate(records):
+        if r.get("opcode") != "fusion" or r.get("fusion_kind") != fusion_kind:
+            continue
+        text = r.get("hlo") or ""
+        held = [name for name, mark in FUSION_HOLDS.items() if mark in text]
+        for name in held or ["none of these"]:
+            groups[name].append(i)
+    return {name: np.asarray(idx, dtype=int) for name, idx in groups.items()}
 
 
 if __name__ == "__main__":

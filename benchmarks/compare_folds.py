@@ -34,6 +34,11 @@ asks for 0.67x its MAPE.
 --join A+B adds a candidate "A+B" whose prediction is the geometric mean
 of candidates A's and B's, fold by fold (as `tpuperf ensemble` joins
 networks): e.g. --lightgbm --join recipe+lightgbm.
+
+--breakdown NAME adds bench_accuracy.py's --breakdown for candidate NAME
+over every fold's validation kernels pooled (every size): where its error
+lies by size, kind, family and what a kLoop fusion holds, beside the
+roofline baseline fitted on each fold's training programs.
 """
 
 import argparse
@@ -87,6 +92,16 @@ def lightgbm_predictions(fold, valid, valid_examples, args):
     return np.exp(gbm.predict(x, num_iteration=gbm.best_iteration or None))
 
 
+def baseline_predictions(corpus, fold, records):
+    """The roofline baseline fitted on a fold's training programs (as
+    bench_accuracy.py fits it), on records."""
+    from tpuperf_cli.eval import baseline as baseline_lib
+
+    train = bench_accuracy.load(corpus, [n for n in load_split(fold)["train"] if ":" not in n])
+    base = baseline_lib.fit_records(train)
+    return np.asarray([base.predict_record(r) for r in records], dtype=np.float64)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("candidates", nargs="*", metavar="NAME=MODEL,MODEL...",
@@ -106,6 +121,9 @@ def main():
     ap.add_argument("--join", action="append", default=[], metavar="A+B",
                     help="also the geometric mean of candidates A's and B's predictions "
                          "(repeatable; lightgbm names --lightgbm's trees)")
+    ap.add_argument("--breakdown", metavar="NAME",
+                    help="also where candidate NAME's error lies, over the folds' validation "
+                         "kernels pooled (bench_accuracy.py --breakdown)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
     if not args.candidates and not args.lightgbm:
@@ -122,6 +140,9 @@ def main():
         if len(parts) != 2 or not all(p in names for p in parts):
             sys.exit(f"compare_folds: --join {join!r}: needs A+B, two of the candidates "
                      f"({', '.join(names)})")
+    if args.breakdown and args.breakdown not in names + [join for join, _ in joins]:
+        sys.exit(f"compare_folds: --breakdown {args.breakdown!r}: not a candidate "
+                 f"({', '.join(names + [join for join, _ in joins])})")
     pattern = re.compile(args.family)
     if args.lightgbm:
         try:
@@ -202,6 +223,13 @@ def main():
     for fam in out[ref]["families"]:
         cells = "".join(f"{c['families'][fam]:8.1f}%" for c in out.values())
         print(f"  {fam:14s}{cells}")
+    if args.breakdown:
+        print(f"\nwhere {args.breakdown}'s error is, over the {len(folds)} folds' "
+              f"{sum(map(len, valid))} validation kernels (every size):")
+        baselines = [baseline_predictions(args.corpus, fold, records)
+                     for fold, records in zip(folds, valid)]
+        bench_accuracy.breakdown([r for records in valid for r in records],
+                                 np.concatenate(preds[args.breakdown]), np.concatenate(baselines))
 
 
 if __name__ == "__main__":

@@ -499,6 +499,28 @@ def test_bench_accuracy_warns_only_for_generated_sources_the_corpus_holds(tmp_pa
     assert "no graph shards for ops:*" in err and "indexed" not in err
 
 
+def test_breakdown_groups_loop_fusions_by_what_they_hold():
+    """bench_accuracy's kLoop table: a fusion holding a reduce and a
+    transpose is in both groups, one holding none in "none of these", and
+    other kernels in none."""
+    sys.path.insert(0, str(EX.parent / "benchmarks"))
+    import bench_accuracy
+
+    def rec(opcode, kind, body):
+        return {"opcode": opcode, "fusion_kind": kind, "hlo": f"%f {{\n  {body}\n}}"}
+    records = [
+        rec("fusion", "kLoop", "%r = f32[4]{0} reduce(%t, %c)\n  %t = f32[4,4]{1,0} transpose(%p)"),
+        rec("fusion", "kLoop", "%a = f32[4]{0} add(%p, %q)"),
+        rec("fusion", "kLoop", "%w = f32[4]{0} reduce-window(%p, %c)"),     # not a reduce
+        rec("fusion", "kInput", "%r = f32[4]{0} reduce(%p, %c)"),           # another kind
+        rec("reduce", None, "%r = f32[4]{0} reduce(%p, %c)"),               # not a fusion
+        rec("fusion", "kLoop", "%c = bf16[4]{0} convert(%p)"),
+    ]
+    groups = {k: v.tolist() for k, v in bench_accuracy.fusion_contents(records, "kLoop").items()}
+    assert groups == {"reduce": [0], "transpose": [0], "dot": [], "bf16": [5],
+                      "none of these": [1, 2]}
+
+
 def test_compare_seeds_pairs_runs_seed_for_seed(tmp_path):
     """benchmarks/compare_seeds.py: a candidate whose runs are the
     reference's own scores the same, wins no seed, and its joined figures
@@ -688,7 +710,7 @@ def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
             {"train": ["cnn_s_train"], "valid": valid, "test": ["gpt_s_train"]}))
     folds = ["--folds", str(tmp_path / "fold{}.json")]
     p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", f"b={model},{model}",
-                        "--lightgbm", "--join", "a+b", "--join", "a+lightgbm"],
+                        "--lightgbm", "--join", "a+b", "--join", "a+lightgbm", "--breakdown", "a+b"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "2 folds" in p.stdout and "3 validation programs of 2 families" in p.stdout
@@ -702,6 +724,17 @@ def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
     assert re.search(r"^  a\+lightgbm .* \([0-2]/2 won\)$", p.stdout, re.M)
     assert re.search(r"^  mlp(\s+[\d.]+%){5}$", p.stdout, re.M)    # a, b, lightgbm and the two joined
     assert re.search(r"^  vit\s+[\d.]+%", p.stdout, re.M)
+    # where the joined candidate's error is, over both folds' validation kernels
+    sys.path.insert(0, str(EX.parent / "benchmarks"))
+    import bench_accuracy
+    n = len(bench_accuracy.load(str(EX / "corpus" / "graphs"),
+                                ["mlp_s_train", "mlp_m_train", "vit_s_train"]))
+    assert f"where a+b's error is, over the 2 folds' {n} validation kernels" in p.stdout
+    assert "by what a kLoop fusion holds:" in p.stdout
+    assert re.search(r"^  reduce\s+\d+\s+[\d.]+%\s+[\d.]+%", p.stdout, re.M)
+    p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", "--breakdown", "c"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "--breakdown 'c': not a candidate (a)" in p.stderr
     p = subprocess.run([sys.executable, script, *folds, f"a={model}"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "1 model(s) for 2 folds" in p.stderr
