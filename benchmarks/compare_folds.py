@@ -140,6 +140,8 @@ def main():
         if len(parts) != 2 or not all(p in names for p in parts):
             sys.exit(f"compare_folds: --join {join!r}: needs A+B, two of the candidates "
                      f"({', '.join(names)})")
+    if args.breakdown and args.json:
+        sys.exit("compare_folds: --breakdown prints tables; leave out --json")
     if args.breakdown and args.breakdown not in names + [join for join, _ in joins]:
         sys.exit(f"compare_folds: --breakdown {args.breakdown!r}: not a candidate "
                  f"({', '.join(names + [join for join, _ in joins])})")

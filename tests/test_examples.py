@@ -735,6 +735,9 @@ def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
     p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", "--breakdown", "c"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "--breakdown 'c': not a candidate (a)" in p.stderr
+    p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", "--breakdown", "a",
+                        "--json"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "leave out --json" in p.stderr
     p = subprocess.run([sys.executable, script, *folds, f"a={model}"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "1 model(s) for 2 folds" in p.stderr
