@@ -90,6 +90,14 @@ def load_training(corpus, split, programs_only=False):
     return [r for r in load(corpus, names) if not drawn_from(r, held)]
 
 
+def fit_baseline(corpus, split):
+    """(the roofline baseline, how many kernels it was fitted on): fitted on
+    the split's training programs, as the bundled model is trained, not the
+    generated kernels, so its figures do not hang on whether they are built."""
+    train = load(corpus, [n for n in split["train"] if ":" not in n])
+    return baseline_lib.fit_records(train), len(train)
+
+
 def per_program(records, pred, min_ns):
     rows = []
     for prog, idx in metrics.group_indices([r["program"] for r in records]).items():
@@ -119,9 +127,6 @@ def main():
     args = ap.parse_args()
 
     split = json.load(open(args.split))
-    # the baseline fits the training programs, as the bundled model does, not
-    # the generated kernels: its figures must not hang on whether they are built
-    train = load(args.corpus, [n for n in split["train"] if ":" not in n])
     test = load(args.corpus, split[args.set])
     min_ns = args.min_us * 1000
 
@@ -134,7 +139,7 @@ def main():
     pred = model.predict_examples([example(r, i) for i, r in enumerate(test, 1)])
     t_model = time.time() - t
 
-    base = baseline_lib.fit_records(train)
+    base, fitted_on = fit_baseline(args.corpus, split)
     bpred = np.asarray([base.predict_record(r) for r in test])
 
     rows_m = per_program(test, pred, min_ns)
@@ -153,7 +158,7 @@ def main():
           f"{len(model.meta.get('trained', {}).get('programs', []))} programs); "
           f"split {os.path.basename(args.split)} '{args.set}': {len(rows_m)} programs, "
           f"{len(test)} kernels; kernels >= {args.min_us:g} us")
-    print(f"baseline: roofline x per-kind coefficient fitted on {len(train)} train kernels "
+    print(f"baseline: roofline x per-kind coefficient fitted on {fitted_on} train kernels "
           f"({len(base.coef)} kinds)")
     head = f"{'program':24s} {'kernels':>7s} {'noise':>6s} | {'MAPE':>7s} {'tau':>6s} {'prog.err':>8s} | " \
            f"{'MAPE':>7s} {'tau':>6s} {'prog.err':>8s}"

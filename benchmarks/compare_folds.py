@@ -92,16 +92,6 @@ def lightgbm_predictions(fold, valid, valid_examples, args):
     return np.exp(gbm.predict(x, num_iteration=gbm.best_iteration or None))
 
 
-def baseline_predictions(corpus, fold, records):
-    """The roofline baseline fitted on a fold's training programs (as
-    bench_accuracy.py fits it), on records."""
-    from tpuperf_cli.eval import baseline as baseline_lib
-
-    train = bench_accuracy.load(corpus, [n for n in load_split(fold)["train"] if ":" not in n])
-    base = baseline_lib.fit_records(train)
-    return np.asarray([base.predict_record(r) for r in records], dtype=np.float64)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("candidates", nargs="*", metavar="NAME=MODEL,MODEL...",
@@ -142,9 +132,10 @@ def main():
                      f"({', '.join(names)})")
     if args.breakdown and args.json:
         sys.exit("compare_folds: --breakdown prints tables; leave out --json")
-    if args.breakdown and args.breakdown not in names + [join for join, _ in joins]:
+    every = names + [join for join, _ in joins]
+    if args.breakdown and args.breakdown not in every:
         sys.exit(f"compare_folds: --breakdown {args.breakdown!r}: not a candidate "
-                 f"({', '.join(names + [join for join, _ in joins])})")
+                 f"({', '.join(every)})")
     pattern = re.compile(args.family)
     if args.lightgbm:
         try:
@@ -228,8 +219,8 @@ def main():
     if args.breakdown:
         print(f"\nwhere {args.breakdown}'s error is, over the {len(folds)} folds' "
               f"{sum(map(len, valid))} validation kernels (every size):")
-        baselines = [baseline_predictions(args.corpus, fold, records)
-                     for fold, records in zip(folds, valid)]
+        bases = [bench_accuracy.fit_baseline(args.corpus, load_split(fold))[0] for fold in folds]
+        baselines = [[base.predict_record(r) for r in records] for base, records in zip(bases, valid)]
         bench_accuracy.breakdown([r for records in valid for r in records],
                                  np.concatenate(preds[args.breakdown]), np.concatenate(baselines))
 
