@@ -114,6 +114,9 @@ def test_scaler_min_max_from_training_data_and_round_trip():
     s2 = Scaler.from_dict(json.loads(json.dumps(s.to_dict())))
     b2 = make_batch(exs, s2, s2.opcode_table(139))
     np.testing.assert_array_equal(b.x, b2.x)
+    # the whole scaling survives (a resumed run writes its model file from
+    # it, and `tpuperf ensemble` joins models only of equal scalings)
+    assert s2.to_dict() == s.to_dict() and s.count > 0
     # opcodes never seen in training map to row 0
     lut = s.opcode_table(139)
     assert lut[120] == 0 and lut[34] == 34

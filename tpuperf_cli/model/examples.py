@@ -321,6 +321,7 @@ class Scaler:
         s.opcodes = set(int(o) for o in d["opcodes"])
         s.mean = float(d["log_runtime_mean"])
         s.std = float(d["log_runtime_std"])
+        s.count = int(d.get("examples", 0))   # a resumed run's model file says it as the first did
         s.floor_ns = float(d.get("label_floor_ns", 0.0))
         return s
 
