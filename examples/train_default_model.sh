@@ -176,6 +176,10 @@ TREES=${TREES:-0}
 # but program error 15.4% against 14.6%, the random split's seeds no
 # better, and five runs instead of one.
 TEACHER_SEEDS=${TEACHER_SEEDS:-}
+# TEACHER_TREES=1: the teacher also holds gradient-boosted trees (TREES=1's,
+# fitted on the same data), joined with the TEACHER_SEEDS networks, so
+# that one network may learn what the join knows at one network's rate.
+TEACHER_TREES=${TEACHER_TREES:-0}
 # What the teacher teaches: TEACHER_WEIGHT of its prediction in each
 # measured label (the geometric-mean blend above at 0.5; 0 keeps the
 # measured labels), and labels for TEACHER_DATA, kernels no one timed
@@ -215,8 +219,19 @@ train_seeds() {
     done
     for pid in $pids; do wait "$pid"; done
 }
+# train_trees OUT: gradient-boosted trees on the same data, split and draw
+# as the networks (the same feature scaling, so that they join)
+train_trees() {
+    TPUPERF_THREADS=1 $PY -m tpuperf_cli train --learner gbdt \
+        --data 'examples/corpus/graphs/*.zst' --split "$SPLIT" -o "$1" --name trees \
+        --data "$GENERATED" --generated-share 0.5 --generated-even source --source-weight indexed=0.25 \
+        --seed 0 --threads 1 --noise-scale 0 --kernel-features 16 --lr 0.1
+}
 if [ -n "$TEACHER_SEEDS" ]; then
     train_seeds teacher "$TEACHER_SEEDS" "$@"
+    if [ "$TEACHER_TREES" = 1 ]; then
+        train_trees "$TMP/teacher-trees.pt"      # one of teacher*.pt below
+    fi
     $PY -m tpuperf_cli ensemble "$TMP"/teacher*.pt -o "$TMP/teacher.pt"
     set -- "$@" --teacher "$TMP/teacher.pt" --teacher-weight "$TEACHER_WEIGHT"
     if [ -n "$TEACHER_DATA" ]; then
@@ -225,11 +240,7 @@ if [ -n "$TEACHER_SEEDS" ]; then
 fi
 train_seeds seed "$SEEDS" "$@"
 if [ "$TREES" = 1 ]; then
-    # the same data, split and draw: the same feature scaling, so they join
-    TPUPERF_THREADS=1 $PY -m tpuperf_cli train --learner gbdt \
-        --data 'examples/corpus/graphs/*.zst' --split "$SPLIT" -o "$TMP/trees.pt" --name trees \
-        --data "$GENERATED" --generated-share 0.5 --generated-even source --source-weight indexed=0.25 \
-        --seed 0 --threads 1 --noise-scale 0 --kernel-features 16 --lr 0.1
+    train_trees "$TMP/trees.pt"
 fi
 set -- "$TMP"/seed*.pt
 if [ "$TREES" = 1 ]; then set -- "$@" "$TMP/trees.pt"; fi

@@ -1,6 +1,7 @@
 """The committed example programs: manifest, HLO files and splits agree."""
 
 import json
+import os
 import re
 import sys
 import types
@@ -622,6 +623,20 @@ def test_train_default_model_trains_teachers_then_distils(tmp_path):
         assert same in net and same in trees, same
     joined = next(c for c in calls if c.startswith("-m tpuperf_cli ensemble"))
     assert re.search(r"seed0\.pt \S+trees\.pt --name model -o " + re.escape(str(out)) + "$", joined), joined
+
+    # TEACHER_TREES=1: the teacher joins trees with its networks
+    log.unlink()
+    res = subprocess.run(["sh", str(script)], env={**env, "TEACHER_SEEDS": "0", "TEACHER_TREES": "1"},
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    calls = [c for c in log.read_text().splitlines() if "build_corpus.py" not in c]
+    teacher, trees, student = [c for c in calls if c.startswith("-m tpuperf_cli train")]
+    assert "--learner gbdt" in trees and "--learner" not in teacher + student
+    ensemble = next(c for c in calls if c.startswith("-m tpuperf_cli ensemble"))
+    parts = re.search(r"ensemble (\S+) (\S+) -o (\S+)$", ensemble)
+    assert parts and sorted(os.path.basename(p) for p in parts.group(1, 2)) == ["teacher-trees.pt",
+                                                                              "teacher0.pt"], ensemble
+    assert "--teacher " + parts.group(3) in student and calls.index(ensemble) < calls.index(student)
 
 
 def test_conv_lookalikes_counts_multiply_adds_per_feature_group():
