@@ -184,6 +184,10 @@ TEACHER_SEEDS=${TEACHER_SEEDS:-}
 # taught network's pooled median MAPE 19.4% against the recipe's 20.2%
 # (the join itself 18.5%), but lower on only 2 of the 4 folds.
 TEACHER_TREES=${TEACHER_TREES:-0}
+if [ "$TEACHER_TREES" = 1 ] && [ -z "$TEACHER_SEEDS" ]; then
+    echo "train_default_model.sh: TEACHER_TREES=1 joins trees with the TEACHER_SEEDS networks; set TEACHER_SEEDS too (e.g. TEACHER_SEEDS=0)" >&2
+    exit 2
+fi
 # What the teacher teaches: TEACHER_WEIGHT of its prediction in each
 # measured label (the geometric-mean blend above at 0.5; 0 keeps the
 # measured labels), and labels for TEACHER_DATA, kernels no one timed

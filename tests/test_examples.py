@@ -638,6 +638,11 @@ def test_train_default_model_trains_teachers_then_distils(tmp_path):
                                                                               "teacher0.pt"], ensemble
     assert "--teacher " + parts.group(3) in student and calls.index(ensemble) < calls.index(student)
 
+    # TEACHER_TREES=1 alone would train no teacher: refused before any training
+    log.unlink()
+    res = subprocess.run(["sh", str(script)], env={**env, "TEACHER_TREES": "1"}, capture_output=True, text=True)
+    assert res.returncode == 2 and "set TEACHER_SEEDS too" in res.stderr and not log.exists()
+
 
 def test_conv_lookalikes_counts_multiply_adds_per_feature_group():
     """benchmarks/bench_conv_lookalikes.py: a convolution's form and
