@@ -235,7 +235,8 @@ def test_the_gpu_calibrate_script_runs_the_benchmark_on_cpu(tmp_path):
     p = subprocess.run(["sh", str(ROOT / "examples" / "gpu_calibrate.sh")], env=env,
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    assert "calibrated / bundled" in p.stdout
+    assert "calibrated / base" in p.stdout
+    assert "base (gpu-nvidia-h200" in p.stdout     # the --model base, named for what it is
     figures = json.loads((tmp_path / "out" / "calibrate.json").read_text())
     assert figures["rows"]["bundled"]["n"] >= 5
     assert (tmp_path / "out" / "cache" / "measurements.sqlite3").exists()

@@ -289,6 +289,37 @@ def test_calibrate_boosts_a_tree_model_with_more_trees(trees_model, data, tmp_pa
                                model.predict_examples(examples), rtol=1e-12)
 
 
+def test_boost_reads_kernels_featurized_after_the_model(trees_model, data):
+    """Records with more kernel features than a tree base reads (featurized
+    by a newer tpuperf, as the GPU corpus is for the bundled GPU trees) are
+    cut to the base's, as predict cuts them: boost adds the same trees."""
+    import copy
+
+    from tpuperf_cli.model.predict import build, read_model_file
+    from tpuperf_cli.model.trees import boost
+
+    records = [r for p in range(5) for r in read_records(str(data / f"synth{p}.zst"))]
+    examples = [example(r, i, "measured") for i, r in enumerate(records, 1)]
+    for i, ex in enumerate(examples):
+        ex.program = f"p{i % 10}"
+        ex.runtime = ex.runtime * (1.0 + 0.4 * ex.n)
+    wider = []
+    for ex in examples:
+        w = copy.copy(ex)
+        w.kernel_feat = np.concatenate([ex.kernel_feat, [7.0, 8.0, 9.0]]).astype(ex.kernel_feat.dtype)
+        wider.append(w)
+
+    def boosted(fit, valid):
+        model = build(read_model_file(str(trees_model)), str(trees_model))
+        return boost(model, fit, valid, lambda _line: None, seconds=60)
+
+    want, added = boosted(examples[:150], examples[150:])
+    got, added_wide = boosted(wider[:150], wider[150:])
+    assert added_wide == added > 0
+    np.testing.assert_array_equal(got.net.arrays()["threshold"], want.net.arrays()["threshold"])
+    assert wider[0].kernel_feat.size == examples[0].kernel_feat.size + 3     # the caller's left alone
+
+
 def test_fit_stops_at_the_time_limit_with_the_best_trees_so_far():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(300, 6)).astype(np.float32)

@@ -323,6 +323,12 @@ def boost(model, fit_examples: Sequence, valid_examples: Sequence, progress: Cal
 
     net = model.net
     cfg = net.cfg
+    # records featurized after the model carry more kernel features than it
+    # reads (the bundled GPU trees read fewer than featurize writes today):
+    # cut as predict cuts them, since rows_and_targets does not go through
+    # model.batch
+    fit_examples = model.check_examples(fit_examples)
+    valid_examples = model.check_examples(valid_examples) if valid_examples else valid_examples
     x, y, _ = rows_and_targets(fit_examples, model.scaler, model.lut, cfg.neighbors, cfg.num_opcodes)
     xv = yv = None
     if valid_examples:
