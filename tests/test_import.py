@@ -147,6 +147,10 @@ def _write_json(tmp_path, data, name="bad.json"):
      ["configs[0]", "tile.output_bounds"]),
     ([_kernel(configs=[{"tile": {"warp_bounds": [1]}, "runtime_ns": 5}])],
      ["configs[0]", "warp_bounds"]),
+    # found by the slow fuzz suite: a bound past 64 bits reached the record writer
+    ([_kernel(configs=[{"tile": {"output_bounds": [2 ** 64]}, "runtime_ns": 5}])],
+     ["configs[0]", "tile.output_bounds", "below 2**63"]),
+    ([dict(_kernel(), kernel_fingerprint=2 ** 64)], ["kernel 0", "'kernel_fingerprint' must be a 64-bit"]),
     # found by the fuzz suite: a key with a newline made a two-line error
     ([_kernel(configs=[{"tile": {"a\nb": None}, "runtime_ns": 5}])],
      ["configs[0]", "unknown bounds 'a\\nb'"]),

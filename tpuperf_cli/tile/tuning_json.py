@@ -61,14 +61,25 @@ def _kernel_location(path, k, kernel=None):
     return f"{path}: kernel {k}{fp}"
 
 
+# the integers a record stream holds (msgpack's): a bound past 64 bits is a
+# damaged file, not a tile
+MAX_BOUND = 2 ** 63 - 1
+
+
 def _bounds(value, where, key):
     if value is None:
         return []
     if not isinstance(value, list) or not all(
-            isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value):
+            isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_BOUND for x in value):
         raise TuningDataError(f"{where}: key {key!r} must be a list of non-negative "
-                              f"integers, got {value!r}")
+                              f"integers below 2**63, got {_cut(value)}")
     return list(value)
+
+
+def _cut(value) -> str:
+    """repr of a bad value, cut so that the one-line error stays one line."""
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 FAILED_NO_RUNTIME = "runtime_ns null"
@@ -174,9 +185,10 @@ def records(path: str, program: str | None = None, device_kind: str | None = Non
             if key not in kernel:
                 raise TuningDataError(f"{where}: missing key {key!r}")
         fp_value = kernel["kernel_fingerprint"]
-        if isinstance(fp_value, bool) or not isinstance(fp_value, (int, str)):
-            raise TuningDataError(f"{where}: key 'kernel_fingerprint' must be an integer "
-                                  f"(or a string), got {fp_value!r}")
+        if isinstance(fp_value, bool) or not isinstance(fp_value, (int, str)) \
+                or (isinstance(fp_value, int) and not -2 ** 63 <= fp_value < 2 ** 64):
+            raise TuningDataError(f"{where}: key 'kernel_fingerprint' must be a 64-bit integer "
+                                  f"(or a string), got {_cut(fp_value)}")
         info = describe_module(kernel["hlo"], where)
         configs = kernel["configs"]
         if not isinstance(configs, list) or not configs:
