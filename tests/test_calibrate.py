@@ -419,6 +419,50 @@ def test_a_base_that_is_an_ensemble_fits_each_of_its_networks(jobs):
         assert min(range(4), key=gaps.__getitem__) == i
 
 
+def test_side_by_side_methods_are_chosen_by_their_mean_over_the_members_splits():
+    """With fits side by side, each trained method is fitted once on each
+    member's split and scored by its mean validation error over them, the
+    base and scale scored on the same splits; the winner's fits are the
+    members, with no further fits."""
+    import copy
+    import re
+
+    import numpy as np
+    import torch
+
+    from tpuperf_cli.calibrate import adapt, program_mape, split_groups
+    from tpuperf_cli.model import default_model_path
+    from tpuperf_cli.model.examples import example
+    from tpuperf_cli.model.net import EnsembleNet
+    from tpuperf_cli.model.predict import build, read_model_file
+
+    records = [r for r in read_records(str(GRAPHS / "mlp_s_train.zst")) if r.get("runtime_ns")]
+    examples = [example(r, i, "measured") for i, r in enumerate(records[:40], 1)]
+    for i, ex in enumerate(examples):
+        ex.program = f"p{i % 8}"
+        ex.runtime = ex.runtime ** 1.6 / 50.0
+    base = build(read_model_file(default_model_path()), default_model_path())
+    nets = [copy.deepcopy(base.net) for _ in range(3)]
+    for i, net in enumerate(nets):
+        with torch.no_grad():
+            net.head[-1].bias += 0.1 * i
+    base.net = EnsembleNet(nets)
+    lines = []
+    result = adapt(base, examples, log=lines.append, seconds=60, threads=1, jobs=2, seed=5)
+    scores = result["scores"]
+    for m in ("head", "finetune"):
+        line = next(x for x in lines if x.startswith(f"calibrate: {m}: validation program MAPE")
+                    and "on 3 splits" in x)
+        errs = [float(e) for e in re.findall(r"([\d.]+)%", line.split("the mean of", 1)[1].split("splits")[0])]
+        assert len(errs) == 3 and scores[m] == pytest.approx(np.mean(errs), abs=0.06), (line, scores)
+    valids = [split_groups(examples, 0.2, 5 + i)[1] for i in range(3)]
+    assert scores["base"] == pytest.approx(np.mean([program_mape(base, v) for v in valids]))
+    assert result["method"] == min(scores, key=scores.get)
+    if result["method"] in ("head", "finetune"):
+        assert result["members"] == 3 and len(result["model"].net.members) == 3
+    assert not any("more on other splits" in x for x in lines), lines
+
+
 def test_side_by_side_runs_tasks_in_child_processes_and_keeps_their_order():
     import os
 

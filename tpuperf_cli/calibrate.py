@@ -52,10 +52,18 @@ programs wins (the base model competes, so calibrate never makes a model
 worse on them). The winner is then fitted again on other splits of the
 programs while time allows, each stopped on its own validation programs,
 and the members (at most 3 networks in all) are joined into one ensemble:
-their geometric mean. A base that is already an ensemble of seeds
+their geometric mean. With fits side by side (jobs > 1) and an ensemble
+to make, each trained method is instead fitted once on each member's
+split and chosen by its mean validation error over them (base and scale
+scored on the same splits), and the winner's fits are the members: on
+2026-11-29 (an AMD EPYC family 26 model 2, the manual split's Huber
+seeds, one run's cached kernels for both) one split's scores spread by 12
+points, and the choice by the mean took calibrate's 16 held-out programs
+to 21.9% against 23.4% (finetune chosen over head). A base that is
+already an ensemble of seeds
 (`tpuperf ensemble`; on a CPU the default base, the bundled recipe's seeds
-0 to 2) gives each fit its own network to start from (the method is chosen
-on the first network's fit), so the fits keep the seeds' diversity: from a
+0 to 2) gives each fit its own network to start from (split i's fits
+start from network i), so the fits keep the seeds' diversity: from a
 base of three seeds of the manual split's recipe, on a family 25 model 1
 against the Intel Xeon corpus (2026-11-27), calibrate's 16 held-out
 programs went from 40.3% to 21.4%, against 23.7% when the three were
@@ -787,7 +795,10 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
     an ensemble of at most `members` networks, or one network of their
     averaged weights). `threads`: torch threads of each fit; `jobs`: fits
     run side by side (side_by_side), the trained methods together, then
-    the further fits together. Returns {"model", "method", "scores",
+    the further fits together; with jobs > 1 and an ensemble of several
+    to make, every trained method is fitted on each member's split at
+    once instead, the scores are means over those splits and the
+    winner's fits are the members. Returns {"model", "method", "scores",
     "models", "members"}."""
     if join not in JOINS:
         raise TpuperfError(f"unknown way to join the fits {join!r}: expected one of "
@@ -829,24 +840,43 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
             + f", {time.monotonic() - t0:.0f}s")
 
     together = [m for m in methods if m in TRAINED] if jobs > 1 else []
+    # with several fits to join, each trained method is fitted once on each
+    # of their splits (split i from seed i's network) and chosen by its mean
+    # validation error over them, the base and scale scored on the same
+    # splits: one split's score spread by 12 points on 2026-11-29 (head's
+    # three: 32.7%, 20.0%, 31.8%), more than the methods differed
+    by_splits = bool(together) and bool(valid) and members > 1 and join == "ensemble"
+    splits = [split_groups(train, 0.2, seed + i) for i in range(members)] if by_splits else []
+    fits_of = {}                                       # method -> [(split, state)]
     for method in methods:
         left = t_end - time.monotonic()
         if method in together:
             if method != together[0]:
                 continue
             # every trained method at once, each for the whole window
-            window = min(left, fit_time) / math.ceil(len(together) / jobs)
+            tasks = [(m, i) for m in together for i in (range(members) if by_splits else [0])]
+            window = min(left, left if by_splits else fit_time) / math.ceil(len(tasks) / jobs)
             if window <= 1:
                 log(f"calibrate: no time left to try {', '.join(together)}")
                 continue
             t0 = time.monotonic()
-            log(f"calibrate: fitting {' and '.join(together)} side by side, "
-                f"{clock_text(window)} at most")
-            outs = side_by_side([fit_task(scaled, fit, valid, *TRAINED[m], window)
-                                 for m in together], jobs)
-            for m, (state, epoch, err) in zip(together, outs):
-                models[m], scores[m], epochs_of[m] = with_state(scaled, state), err, epoch
-                logged(m, t0)
+            log(f"calibrate: fitting {' and '.join(together)} side by side"
+                + (f", each on {members} splits" if by_splits else "") + f", {clock_text(window)} at most")
+            outs = side_by_side([fit_task(starts[i % len(starts)], *(splits[i] if by_splits else (fit, valid)),
+                                          *TRAINED[m], window) for m, i in tasks], jobs)
+            for (m, i), (state, epoch, err) in zip(tasks, outs):
+                fits_of.setdefault(m, []).append((i, state, err))
+                if i == 0:
+                    models[m], scores[m], epochs_of[m] = with_state(scaled, state), err, epoch
+            for m in together:
+                if not by_splits:
+                    logged(m, t0)
+                    continue
+                errs = [err for _, _, err in sorted(fits_of[m], key=lambda f: f[0])]
+                scores[m] = float(np.mean(errs))
+                log(f"calibrate: {m}: validation program MAPE {scores[m]:.1f}%, the mean of "
+                    + ", ".join(f"{e:.1f}%" for e in errs) + f" on {len(errs)} splits "
+                    f"(best after {epochs_of[m]} epoch(s) on the first), {time.monotonic() - t0:.0f}s")
             continue
         if left <= 1 and method != "scale":      # scale takes a moment: always tried
             log(f"calibrate: no time left to try {method}")
@@ -868,12 +898,25 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
             raise TpuperfError(f"unknown adaptation method {method!r}")
         models[method], scores[method] = m, score(m)
         logged(method, t0, added)
+    if by_splits:
+        # the untrained ones on the same splits as the trained ones' mean
+        for k in [k for k in scores if k not in TRAINED]:
+            scores[k] = float(np.mean([program_mape(models[k], v) for _, v in splits]))
+        log("calibrate: mean over the splits: " + ", ".join(f"{k} {v:.1f}%" for k, v in scores.items()))
     ranked = sorted((s if not math.isnan(s) else math.inf, i, k)
                     for i, (k, s) in enumerate(scores.items()))
     best = ranked[0][2] if valid else next((m for m in ("scale",) if m in models), "base")
     model = models[best]
     joined = [model]
-    if valid and best in TRAINED:
+    if best in fits_of and by_splits:
+        # the winner's fits, one on each split, are the members
+        joined = [with_state(starts[i % len(starts)], state) for i, state, _ in sorted(fits_of[best],
+                                                                                   key=lambda f: f[0])]
+        for i, _, err in sorted(fits_of[best], key=lambda f: f[0])[1:]:
+            log(f"calibrate: {best}: member {i + 1} of {members}: validation program MAPE "
+                f"{err:.1f}% on its own split")
+        model = ensemble_of(joined)
+    elif valid and best in TRAINED:
         # more members, each fitted and stopped on another split of the
         # programs: their mean beat one refit on all the kernels (see the
         # module docstring)

@@ -122,12 +122,14 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     all weights, each until its share of the time is spent or 20 epochs
     bring no better validation error; the training kernels' programs are
     split again to pick the method (or the base model) with the lowest
-    median per-program MAPE. The winner is fitted again on other splits
-    while time allows, and the fits (at most 3) are joined into one
-    ensemble model (--join average: one network of their averaged
-    weights, faster to predict with, a little less accurate so far). The
-    fits run side by side, each in its own process on one thread
-    (--threads of them): the methods together, then the further fits.
+    median per-program MAPE. With the fits side by side (--threads 2 or
+    more, the default on 2 CPUs) each trained method is fitted on each of
+    3 splits and chosen by its mean over them, and the winner's fits are
+    joined into one ensemble model; one after another, the winner is
+    fitted again on other splits while time allows (at most 3 fits;
+    --join average: one network of their averaged weights, faster to
+    predict with, a little less accurate so far). The fits run side by
+    side, each in its own process on one thread (--threads of them).
     A base that is an ensemble of seeds (`tpuperf ensemble`, such as the
     default CPU base) gives each fit its own seed's network to start from.
     benchmarks/bench_calibrate.py compares them.
