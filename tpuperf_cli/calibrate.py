@@ -847,7 +847,7 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
     # three: 32.7%, 20.0%, 31.8%), more than the methods differed
     by_splits = bool(together) and bool(valid) and members > 1 and join == "ensemble"
     splits = [split_groups(train, 0.2, seed + i) for i in range(members)] if by_splits else []
-    fits_of = {}                                       # method -> [(split, state)]
+    fits_of = {}                             # method -> [(split, weights, validation MAPE)]
     for method in methods:
         left = t_end - time.monotonic()
         if method in together:
@@ -855,7 +855,8 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
                 continue
             # every trained method at once, each for the whole window
             tasks = [(m, i) for m in together for i in (range(members) if by_splits else [0])]
-            window = min(left, left if by_splits else fit_time) / math.ceil(len(tasks) / jobs)
+            # by splits these fits are the members too: all the time left
+            window = (left if by_splits else min(left, fit_time)) / math.ceil(len(tasks) / jobs)
             if window <= 1:
                 log(f"calibrate: no time left to try {', '.join(together)}")
                 continue
