@@ -847,7 +847,8 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
     # three: 32.7%, 20.0%, 31.8%), more than the methods differed
     by_splits = bool(together) and bool(valid) and members > 1 and join == "ensemble"
     splits = [split_groups(train, 0.2, seed + i) for i in range(members)] if by_splits else []
-    fits_of = {}                             # method -> [(split, weights, validation MAPE)]
+    # method -> [(split, weights, validation MAPE)], in split order (side_by_side keeps it)
+    fits_of = {}
     for method in methods:
         left = t_end - time.monotonic()
         if method in together:
@@ -873,7 +874,7 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
                 if not by_splits:
                     logged(m, t0)
                     continue
-                errs = [err for _, _, err in sorted(fits_of[m], key=lambda f: f[0])]
+                errs = [err for _, _, err in fits_of[m]]
                 scores[m] = float(np.mean(errs))
                 log(f"calibrate: {m}: validation program MAPE {scores[m]:.1f}%, the mean of "
                     + ", ".join(f"{e:.1f}%" for e in errs) + f" on {len(errs)} splits "
@@ -911,9 +912,8 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
     joined = [model]
     if best in fits_of and by_splits:
         # the winner's fits, one on each split, are the members
-        joined = [with_state(starts[i % len(starts)], state) for i, state, _ in sorted(fits_of[best],
-                                                                                   key=lambda f: f[0])]
-        for i, _, err in sorted(fits_of[best], key=lambda f: f[0])[1:]:
+        joined = [with_state(starts[i % len(starts)], state) for i, state, _ in fits_of[best]]
+        for i, _, err in fits_of[best][1:]:
             log(f"calibrate: {best}: member {i + 1} of {members}: validation program MAPE "
                 f"{err:.1f}% on its own split")
         model = ensemble_of(joined)

@@ -157,13 +157,14 @@ def locate(number: int | None = None, name: str | None = None, record: Record | 
     if isinstance(record, dict):
         program, kernel = record.get(PROGRAM), record.get(KERNEL)
         if program or kernel:
-            return f"{at} ({_label(program)}/{_label(kernel)})"
+            return f"{at} ({error_text(program)}/{error_text(kernel)})"
     return at
 
 
-def _label(value: Any) -> str:
-    """A record's name as an error shows it: as is when short plain text,
-    else repr'd and cut (a hostile name must not break the one-line error)."""
+def error_text(value: Any) -> str:
+    """A value (a record's name, a bad field) as an error shows it: as is
+    when short plain text, else repr'd and cut (a hostile value must not
+    break the one-line error)."""
     if isinstance(value, str) and len(value) <= 80 and value.isprintable():
         return value
     text = repr(value)

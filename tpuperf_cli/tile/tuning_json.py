@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tpuperf_cli.errors import ParseError, TpuperfError, read_file
-from tpuperf_cli.records import BOUND_KEYS, KERNEL_RECORD, Record, new_record
+from tpuperf_cli.records import BOUND_KEYS, KERNEL_RECORD, Record, error_text, new_record
 
 SOURCE = "tuning-json"
 
@@ -72,14 +72,8 @@ def _bounds(value, where, key):
     if not isinstance(value, list) or not all(
             isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_BOUND for x in value):
         raise TuningDataError(f"{where}: key {key!r} must be a list of non-negative "
-                              f"integers below 2**63, got {_cut(value)}")
+                              f"integers below 2**63, got {error_text(value)}")
     return list(value)
-
-
-def _cut(value) -> str:
-    """repr of a bad value, cut so that the one-line error stays one line."""
-    text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."
 
 
 FAILED_NO_RUNTIME = "runtime_ns null"
@@ -188,7 +182,7 @@ def records(path: str, program: str | None = None, device_kind: str | None = Non
         if isinstance(fp_value, bool) or not isinstance(fp_value, (int, str)) \
                 or (isinstance(fp_value, int) and not -2 ** 63 <= fp_value < 2 ** 64):
             raise TuningDataError(f"{where}: key 'kernel_fingerprint' must be a 64-bit integer "
-                                  f"(or a string), got {_cut(fp_value)}")
+                                  f"(or a string), got {error_text(fp_value)}")
         info = describe_module(kernel["hlo"], where)
         configs = kernel["configs"]
         if not isinstance(configs, list) or not configs:
