@@ -123,12 +123,13 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     bring no better validation error; the training kernels' programs are
     split again to pick the method (or the base model) with the lowest
     median per-program MAPE. With the fits side by side (--threads 2 or
-    more, the default on 2 CPUs) each trained method is fitted on each of
-    3 splits and chosen by its mean over them, and the winner's fits are
-    joined into one ensemble model; one after another, the winner is
-    fitted again on other splits while time allows (at most 3 fits;
-    --join average: one network of their averaged weights, faster to
-    predict with, a little less accurate so far). The fits run side by
+    more, the default on 2 CPUs) and --join ensemble (the default), each
+    trained method is fitted on each of 3 splits and chosen by its mean
+    over them, and the winner's fits are joined into one ensemble model.
+    Otherwise the methods are fitted on one split and the winner again on
+    other splits while time allows (at most 3 fits; --join average: one
+    network of their averaged weights, faster to predict with, a little
+    less accurate so far). The fits run side by
     side, each in its own process on one thread (--threads of them).
     A base that is an ensemble of seeds (`tpuperf ensemble`, such as the
     default CPU base) gives each fit its own seed's network to start from.
