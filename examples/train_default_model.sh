@@ -16,8 +16,9 @@
 # trains the same epochs (the learning rate decays over the 300): on
 # 2026-12-01 an Intel Xeon family 6 model 207 trained default.pt again
 # with weights identical to those an Intel Xeon family 6 model 167 had
-# trained on 2026-11-28 (README, "The bundled model"). The graphs hold the computations kernels call (reducers, comparators...) as
-# nodes. SEEDS="0 1 2" trains three and joins them with `tpuperf
+# trained on 2026-11-28 (README, "The bundled model"). The graphs hold
+# the computations kernels call (reducers, comparators...) as nodes.
+# SEEDS="0 1 2" trains three and joins them with `tpuperf
 # ensemble` (the bundled model was such an ensemble of 150-epoch runs
 # until 2026-11-24; see the comment by SEEDS below).
 #
