@@ -185,7 +185,10 @@ TEACHER_SEEDS=${TEACHER_SEEDS:-}
 # Tried on 2026-11-29 on the random-split folds with TEACHER_SEEDS=0 and
 # the TEACHER_DATA below, not chosen (README, "The bundled model"): the
 # taught network's pooled median MAPE 19.4% against the recipe's 20.2%
-# (the join itself 18.5%), but lower on only 2 of the 4 folds.
+# (the join itself 18.5%), but lower on only 2 of the 4 folds; folds 1
+# and 3, cut by --max-time then, trained again to patience on 2026-12-01:
+# fold 3 won (21.0% against 21.7%), fold 1 lost (19.1% against 18.1%),
+# still 2 of 4.
 TEACHER_TREES=${TEACHER_TREES:-0}
 if [ "$TEACHER_TREES" = 1 ] && [ -z "$TEACHER_SEEDS" ]; then
     echo "train_default_model.sh: TEACHER_TREES=1 joins trees with the TEACHER_SEEDS networks; set TEACHER_SEEDS too (e.g. TEACHER_SEEDS=0)" >&2
