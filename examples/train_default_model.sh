@@ -12,8 +12,10 @@
 #
 # One network, seed 0, one torch thread (another thread count can change
 # the last digits). The run stops on --patience (25 epochs without a
-# better validation loss) or after 300 epochs, not on time, so any machine
-# trains the same epochs (the learning rate decays over the 300): on
+# better validation loss) or after 300 epochs, so any machine trains the
+# same epochs (the learning rate decays over the 300); --max-time 7200
+# cuts a run at 2 hours, and then the epochs differ (the taught folds 1
+# and 3 of 2026-11-29 were cut so, four runs sharing 2 cores). On
 # 2026-12-01 an Intel Xeon family 6 model 207 trained default.pt again
 # with weights identical to those an Intel Xeon family 6 model 167 had
 # trained on 2026-11-28 (README, "The bundled model"). The graphs hold
