@@ -127,6 +127,8 @@ def main():
                          "enough from an earlier run")
     ap.add_argument("--join", default="ensemble", choices=cal.JOINS,
                     help="as calibrate --join")
+    ap.add_argument("--methods", default=",".join(cal.METHODS),
+                    help="as calibrate --methods (e.g. scale,head,finetune,relabel)")
     ap.add_argument("--keep-model", default=None,
                     help="also keep the calibrated model here (to score it later, with "
                          "--calibrated, beside a scratch model trained afterwards)")
@@ -241,7 +243,8 @@ def main():
         opts = cal.Options(budget_s=budget_s, out=out, cache_dir=args.cache_dir,
                            corpus=tuple(args.corpus or ()), backend=args.backend,
                            samples=args.samples, exclude_programs=tuple(sorted(test_programs)),
-                           model=args.model, join=args.join, more=args.more)
+                           model=args.model, join=args.join, more=args.more,
+                           methods=tuple(m for m in args.methods.split(",") if m))
         result = cal.calibrate(opts, log)
         calibrated_model = load_model(out)
         if args.keep_model:

@@ -613,3 +613,87 @@ def test_too_few_kernels_to_hold_any_out_are_all_fitted():
     assert [c.record["fingerprint"] for c, _ in fit] == ["f0", "f1"] and len(held) == 1
     # one kernel alone is too few either way (calibrate's error then)
     assert fit_and_held_out(pairs[2:]) == ([], pairs[2:])
+
+
+def ratio_examples():
+    """Real graphs of four programs, their 'corpus runtime' the one
+    measured, this machine's a ratio by kind: fusions 0.5x, the rest 2x."""
+    from tpuperf_cli.model.examples import example
+
+    out, there = [], []
+    for name in ["mlp_m_train", "autoenc_m_train", "bnmlp_m_train", "cnn_s_train", "mlp_s_train"]:
+        for i, r in enumerate(read_records(str(GRAPHS / f"{name}.zst")), 1):
+            if r.get("runtime_ns"):
+                ex = example(r, i, name)
+                ex.program = name
+                out.append(ex)
+                there.append(r["runtime_ns"])
+                ex.runtime = r["runtime_ns"] * (0.5 if r.get("opcode") == "fusion" else 2.0)
+    return out, there
+
+
+def test_relabel_ratio_model_learns_what_one_scale_cannot():
+    import numpy as np
+
+    from tpuperf_cli.calibrate import RatioModel
+    from tpuperf_cli.model import default_model_path
+    from tpuperf_cli.model.predict import build, read_model_file
+
+    examples, there = ratio_examples()
+    assert len(examples) >= 300
+    model = build(read_model_file(default_model_path()), default_model_path())
+    fit_idx = [i for i, e in enumerate(examples) if e.program != "cnn_s_train"]
+    test_idx = [i for i, e in enumerate(examples) if e.program == "cnn_s_train"]
+    ratio = RatioModel(model).fit([examples[i] for i in fit_idx], [there[i] for i in fit_idx])
+    assert ratio.booster is not None
+    pred = ratio.predict([examples[i] for i in test_idx], [there[i] for i in test_idx])
+    truth = np.array([examples[i].runtime for i in test_idx])
+    # a program the ratio model never saw: its fusions and the rest apart
+    err = np.abs(pred / truth - 1)
+    one_scale = np.abs(np.array([there[i] for i in test_idx]) * np.exp(ratio.shift) / truth - 1)
+    # (one scale gets only one of the two kinds right)
+    assert np.mean(err < 0.1) > 0.7 > 0.6 > np.mean(one_scale < 0.1), (err, one_scale)
+
+
+def test_relabel_leaves_out_kernels_generated_from_validation_programs():
+    from tpuperf_cli.calibrate import relabelled
+    from tpuperf_cli.model import default_model_path
+    from tpuperf_cli.model.predict import build, read_model_file
+
+    examples, there = ratio_examples()
+    model = build(read_model_file(default_model_path()), default_model_path())
+    fit = [e for e in examples if e.program != "mlp_s_train"]
+    valid = [e for e in examples if e.program == "mlp_s_train"]
+    there_of = {id(e): t for e, t in zip(examples, there)}
+    pool = examples[:30]
+    origins = ["mlp_s_train" if i % 3 == 0 else None for i in range(30)]
+    out = relabelled(model, fit, valid, there_of, pool, there[:30], origins, seed=0)
+    assert len(out) == 20
+    # copies relabelled for this machine: the pool's own examples are untouched
+    assert all(o is not p for o, p in zip(out, pool))
+    assert all(abs(o.runtime / t - r) < 0.5 * r for o, t, r in zip(
+        out, [t for t, g in zip(there[:30], origins) if g is None],
+        [e.runtime / t for e, t, g in zip(pool, there[:30], origins) if g is None]))
+
+
+def test_relabel_epochs_draw_as_many_relabelled_kernels_as_measured_ones():
+    from tpuperf_cli.calibrate import Fitter, all_params
+    from tpuperf_cli.model import default_model_path
+    from tpuperf_cli.model.predict import build, read_model_file
+
+    examples, _ = ratio_examples()
+    model = build(read_model_file(default_model_path()), default_model_path())
+    train, extra = examples[:10], examples[100:300]
+    seen = []
+    batch = model.batch
+
+    def counting(chunk, *a, **k):
+        if model.net.training:
+            seen.extend(id(e) for e in chunk)
+        return batch(chunk, *a, **k)
+
+    model.batch = counting
+    Fitter(model, log=lambda m: None, threads=1).train(model, train, [], all_params, lr=0.0,
+                                                       seconds=600, max_epochs=2, extra=extra)
+    from_extra = [i for i in seen if i in {id(e) for e in extra}]
+    assert len(seen) == 40 and len(from_extra) == 20 and len(set(from_extra)) >= 15

@@ -30,7 +30,7 @@ the first of its programs (by name), and the kernels of held-out programs
 are never fitted, only scored, before and after. So the figures printed
 are on programs the adaptation did not see.
 
-Adapting. Three methods, each from the base model:
+Adapting. Three methods (and relabel, on request), each from the base model:
     scale     refit the output scale: log runtime -> a log runtime + b, b the
               median log ratio of measured to predicted, a by least squares
               (within 0.8-1.25) from 200 kernels on, else 1 (the network is
@@ -38,7 +38,13 @@ Adapting. Three methods, each from the base model:
     head      scale, then train the output head (the MLP after the graph
               reduction, and the linear kernel-feature skip), the rest frozen
     finetune  scale, then train all weights
-Both trained methods use Adam at lr 3e-4 on the loss the base was trained
+    relabel   (not a default) finetune with more kernels: corpus kernels not
+              timed here, their corpus runtime times a RatioModel's ratio
+              (trees fitted on the split's timed kernels), as many a
+              epoch as were timed; on an AMD EPYC family 26 model 2
+              (2026-12-02) it lost the choice to finetune twice, its
+              labels about 20% off (README, "relabel")
+The trained methods use Adam at lr 3e-4 on the loss the base was trained
 with: MSE of log runtime, or --loss huber's Huber loss of the log error
 (one finetune at 1e-4 came to about the same error: 26.7% against 26.5% on
 the held-out programs below).
@@ -109,9 +115,10 @@ import numpy as np
 from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.measure.device import BATCH, SAMPLES  # measure's; the deadline is checked between batches
 from tpuperf_cli.model.data import is_generated
-from tpuperf_cli.records import FINGERPRINT, HLO, PROGRAM, RUNTIME_NS, TARGET
+from tpuperf_cli.records import FINGERPRINT, HLO, ORIGIN, PROGRAM, RUNTIME_NS, TARGET
 
 METHODS = ("scale", "head", "finetune")
+ALL_METHODS = METHODS + ("relabel",)     # relabel: not (yet) a default
 TREE_METHODS = ("scale", "boost")   # a base of gradient-boosted trees (train --learner gbdt)
 # epochs of head and finetune: the budget bounds them, and validation stops
 # them early (patience) so that time left once the corpus's kernels are all
@@ -438,6 +445,58 @@ def timing_order(candidates: list[Candidate], model, seed: int, pool: int | None
     return ordered
 
 
+# ---------------------------------------------------------------- relabel's kernels
+
+RELABEL_POOL = 12000        # corpus kernels not timed here that relabel draws from, at most
+
+
+def generated_corpus(backend: str | None = "cpu") -> list[str]:
+    """The shards of the checkout's generated kernels with the corpus
+    machine's labels: their graphs (examples/corpus/graphs/generated, which
+    `build_corpus.py featurize` and the training script build) if there,
+    else the kernel shards they are made from (examples/corpus/generated,
+    featurized as they are read). Empty off a checkout or on a GPU."""
+    if backend not in (None, "cpu") or default_corpus(backend) is None:
+        return []
+    graphs = default_corpus(backend)
+    for path in (os.path.join(graphs, "generated"),
+                 os.path.join(os.path.dirname(graphs), "generated")):
+        found = sorted(glob.glob(os.path.join(path, "*.zst")))
+        if found:
+            return found
+    return []
+
+
+def relabel_candidates(shards: list[str], limit: int, seed: int, skip: set) -> list[Candidate]:
+    """At most `limit` kernels of the shards with a corpus runtime, a seeded
+    draw spread over the shards, none of whose fingerprints is in `skip`;
+    kernel records are featurized (only the drawn ones: a kernel takes
+    about 2 ms)."""
+    from tpuperf_cli.features import featurize_kernel
+    from tpuperf_cli.stream import read_records
+
+    if limit <= 0 or not shards:
+        return []
+    rng = random.Random(seed)
+    per_shard = max(1, limit // len(shards))
+    out = []
+    for shard in shards:
+        records = [r for r in read_records(shard)
+                   if r.get(HLO) and r.get(RUNTIME_NS) and r.get(FINGERPRINT)
+                   and r[FINGERPRINT] not in skip and r[RUNTIME_NS] <= MAX_CORPUS_NS]
+        for record in rng.sample(records, min(per_shard, len(records))):
+            if record.get("type") == "kernel":
+                try:
+                    record.update(featurize_kernel(record))
+                    record["type"] = "graph"
+                except TpuperfError:
+                    continue
+            c = Candidate(record)
+            c.group = min(c.programs)
+            out.append(c)
+    return out
+
+
 # ---------------------------------------------------------------- measuring
 
 def measurement_record(c: Candidate) -> dict:
@@ -573,13 +632,14 @@ class Fitter:
         return model
 
     def train(self, model, train, valid, params, lr, seconds, max_epochs=MAX_EPOCHS,
-              patience=PATIENCE):
+              patience=PATIENCE, extra=()):
         """Adam on the base's loss (MSE of the standardised log runtime, or
         with a base trained by `--loss huber`, the Huber loss of the log
         error, so adapting keeps what the base was fitted to), `params` of the
         net only; stops at `seconds`, max_epochs, or `patience` epochs
         without a better validation error (program MAPE); keeps the epoch
-        with the lowest, or the last without valid.
+        with the lowest, or the last without valid. `extra`: more examples
+        (relabel's), as many of them as `train` holds drawn afresh each epoch.
         Returns (model, that epoch: 0 for none better than the start)."""
         import torch
 
@@ -610,9 +670,13 @@ class Fitter:
                and not (valid and epochs - best_epoch >= patience)):
             t0 = time.monotonic()
             net.train()
-            idx = rng.permutation(len(train))
+            epoch = list(train)
+            if extra:
+                take = rng.choice(len(extra), min(len(extra), len(train)), replace=False)
+                epoch += [extra[i] for i in take]
+            idx = rng.permutation(len(epoch))
             for s in range(0, len(idx), 32):
-                b = model.batch([train[i] for i in idx[s:s + 32]])
+                b = model.batch([epoch[i] for i in idx[s:s + 32]])
                 loss = batch_loss(net, b, fit, "cpu", float(model.scaler.std))
                 opt.zero_grad()
                 loss.backward()
@@ -631,6 +695,74 @@ class Fitter:
             p.requires_grad_(True)
         model._memo.clear()
         return model, (best_epoch if valid else epochs)
+
+
+class RatioModel:
+    """relabel's model of how this machine's runtime of a kernel relates to
+    the corpus machine's: log(here / there) from the kernel's pooled
+    features (the rows trees read) and its log runtime there, gradient-
+    boosted trees (LightGBM, BOOST's settings) fitted on the kernels timed
+    here that the corpus measured too, stopped on a fifth of their programs."""
+
+    def __init__(self, model, seed: int = 0):
+        self.model = model          # the base: its batches make the rows
+        self.seed = seed
+        self.booster = None
+        self.keep = 0
+        self.shift = 0.0            # the median log ratio: all there is for few kernels
+
+    def rows(self, examples, there_ns):
+        from tpuperf_cli.model.trees import pooled_rows
+
+        out = []
+        for s in range(0, len(examples), 1024):
+            out.append(pooled_rows(self.model.batch(examples[s:s + 1024]),
+                                   self.model.cfg.num_opcodes))
+        rows = np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+        return np.c_[rows, np.log(np.asarray(there_ns, np.float64))].astype(np.float32)
+
+    def fit(self, examples, there_ns):
+        from dataclasses import replace
+
+        from tpuperf_cli.model.trees import BOOST, fit
+
+        y = np.log([e.runtime for e in examples]) - np.log(np.asarray(there_ns, np.float64))
+        self.shift = float(np.median(y)) if y.size else 0.0
+        fit_i, valid_i = split_groups(list(range(len(examples))), 0.2, self.seed,
+                                      program=lambda i: examples[i].program)
+        if len(examples) < 200 or not valid_i:
+            return self
+        x = self.rows(examples, there_ns)
+        self.booster, self.keep, _ = fit(
+            x[fit_i], y[fit_i] - self.shift, None, x[valid_i], y[valid_i] - self.shift,
+            replace(BOOST, threads=1, seed=self.seed), lambda _line: None)
+        return self
+
+    def predict(self, examples, there_ns) -> np.ndarray:
+        """This machine's runtime (ns) of each example, from its runtime there."""
+        r = np.full(len(examples), self.shift)
+        if self.booster is not None and len(examples):
+            r += self.booster.predict(self.rows(examples, there_ns), num_iteration=self.keep)
+        return np.asarray(there_ns, np.float64) * np.exp(r)
+
+
+def relabelled(base, fit, valid, there_of, pool, pool_ns, pool_origin, seed):
+    """relabel's extra examples: the pool's kernels, each labelled with its
+    corpus runtime times the ratio a RatioModel fitted on the `fit`
+    examples the corpus measured too (there_of: id(example) -> its
+    runtime there) predicts; none generated from a `valid` program (its
+    origin), which would tell the fit what it is scored on."""
+    known = [e for e in fit if id(e) in there_of]
+    ratio = RatioModel(base, seed).fit(known, [there_of[id(e)] for e in known])
+    scored = {e.program for e in valid}
+    keep = [i for i, o in enumerate(pool_origin) if o not in scored]
+    pool = [pool[i] for i in keep]
+    out = []
+    for ex, ns in zip(pool, ratio.predict(pool, [pool_ns[i] for i in keep])):
+        e = copy.copy(ex)
+        e.runtime = float(ns)
+        out.append(e)
+    return out
 
 
 # ---------------------------------------------------------------- fits side by side
@@ -709,20 +841,22 @@ def all_params(net):
 
 
 # the trained methods: (their parameters, learning rate)
-TRAINED = {"head": (head_params, 3e-4), "finetune": (all_params, 3e-4)}
+TRAINED = {"head": (head_params, 3e-4), "finetune": (all_params, 3e-4),
+           "relabel": (all_params, 3e-4)}     # finetune with relabelled corpus kernels too
 
 
-def split_groups(examples, fraction, seed):
+def split_groups(examples, fraction, seed, program=lambda e: e.program):
     """(fit, valid) by program: about `fraction` of the programs to valid.
     Only real programs validate (generated kernels are always fitted): the
     method is chosen for programs, and a few hundred generated single
     operations would otherwise outvote them."""
-    programs = sorted({e.program for e in examples if not is_generated(e.program)})
+    programs = sorted({program(e) for e in examples if not is_generated(program(e))})
     if len(programs) < 3 or fraction <= 0:
         return examples, []
     rng = random.Random(seed + 1)
     held = set(rng.sample(programs, max(1, int(round(fraction * len(programs))))))
-    return [e for e in examples if e.program not in held], [e for e in examples if e.program in held]
+    return ([e for e in examples if program(e) not in held],
+            [e for e in examples if program(e) in held])
 
 
 def one_network(model, net):
@@ -767,12 +901,14 @@ def joined_text(members: int, join: str) -> str:
     return f", {members} fits {'joined' if join == 'ensemble' else 'averaged'}"
 
 
-def fit_task(start, fit, valid, params, lr, seconds):
+def fit_task(start, fit, valid, params, lr, seconds, relabel=None):
     """A fit of `start` (a Fitter) as a task for side_by_side: it returns
     (the fitted net's weights as numpy arrays, its best epoch, its
-    validation program MAPE)."""
+    validation program MAPE). relabel: relabelled()'s arguments after
+    `fit` (relabel's fits: its extra examples are made in the task)."""
     def task():
-        m, epoch = start.train(start.copy(), fit, valid, params, lr, seconds)
+        extra = relabelled(start.base, fit, valid, *relabel) if relabel else ()
+        m, epoch = start.train(start.copy(), fit, valid, params, lr, seconds, extra=extra)
         state = {k: v.detach().cpu().numpy().copy() for k, v in m.net.state_dict().items()}
         return state, epoch, (program_mape(m, valid) if valid else math.nan)
     return task
@@ -788,7 +924,7 @@ def with_state(start, state):
 
 
 def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
-          members=MEMBERS, join="ensemble", jobs=1) -> dict:
+          members=MEMBERS, join="ensemble", jobs=1, relabel=None) -> dict:
     """Fit each method on part of `train`, pick the best on the rest (by
     program MAPE; the base model competes), then fit the winner again on
     other splits of `train` while time allows and join the fits (`join`:
@@ -798,8 +934,14 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
     the further fits together; with jobs > 1 and an ensemble of several
     to make, every trained method is fitted on each member's split at
     once instead, the scores are means over those splits and the
-    winner's fits are the members. Returns {"model", "method", "scores",
-    "models", "members"}."""
+    winner's fits are the members. relabel: (there_of, pool,
+    pool_ns, pool_origin) for the relabel method (relabelled()), skipped
+    without them.
+    Returns {"model", "method", "scores", "models", "members"}."""
+    if "relabel" in methods and not (relabel and relabel[1]):
+        log("calibrate: relabel: no corpus kernels to relabel (they need the corpus machine's "
+            "runtimes), skipped")
+        methods = tuple(m for m in methods if m != "relabel")
     if join not in JOINS:
         raise TpuperfError(f"unknown way to join the fits {join!r}: expected one of "
                            f"{', '.join(JOINS)}")
@@ -827,7 +969,12 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
     scores["base"] = score(base)
     models["base"] = base
     trained = [m for m in methods if m != "scale"]
-    share = {"head": 0.3, "finetune": 0.7} if len(trained) == 2 else {m: 1.0 for m in trained}
+    weight = {"head": 0.3, "finetune": 0.7, "relabel": 0.7}
+    share = {m: weight.get(m, 1.0) / sum(weight.get(t, 1.0) for t in trained) for m in trained}
+
+    def relabel_of(method, i):
+        """fit_task's relabel argument for split i's fit of `method`."""
+        return (*relabel, seed + i) if method == "relabel" else None
     # half the time for the rest of the fits, when there will be any
     fit_time = (0.5 if members > 1 and valid else 0.9) * seconds
     epochs_of = {}
@@ -865,7 +1012,8 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
             log(f"calibrate: fitting {' and '.join(together)} side by side"
                 + (f", each on {members} splits" if by_splits else "") + f", {clock_text(window)} at most")
             outs = side_by_side([fit_task(starts[i % len(starts)], *(splits[i] if by_splits else (fit, valid)),
-                                          *TRAINED[m], window) for m, i in tasks], jobs)
+                                          *TRAINED[m], window, relabel_of(m, i)) for m, i in tasks],
+                                jobs)
             for (m, i), (state, epoch, err) in zip(tasks, outs):
                 fits_of.setdefault(m, []).append((i, state, err))
                 if i == 0:
@@ -889,8 +1037,10 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
             m = whole.copy()
         elif method in TRAINED:
             params, lr = TRAINED[method]
+            extra = relabelled(scaled.base, fit, valid, *relabel_of(method, 0)) \
+                if method == "relabel" else ()
             m, epochs_of[method] = scaled.train(scaled.copy(), fit, valid, params, lr,
-                                                min(left, fit_time * share[method]))
+                                                min(left, fit_time * share[method]), extra=extra)
         elif method == "boost":
             from tpuperf_cli.model.trees import boost
 
@@ -925,7 +1075,7 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
 
         def member_task(i, window):
             return fit_task(starts[i % len(starts)], *split_groups(train, 0.2, seed + i), params,
-                            lr, window)
+                            lr, window, relabel_of(best, i))
 
         def add(i, state, epoch, err):
             joined.append(with_state(starts[i % len(starts)], state))
@@ -952,6 +1102,36 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
 
 
 # ---------------------------------------------------------------- the whole run
+
+def relabel_inputs(opts: Options, candidates, train_pairs, train, measured, held_programs,
+                   log) -> tuple:
+    """relabel's (there_of, pool, pool_ns, pool_origin): the corpus runtime
+    of each fitted example the corpus measured, and the kernels to
+    relabel: the candidates not timed here (held-out programs' excepted)
+    and a draw of the corpus's generated kernels, none generated from a
+    held-out or excluded program, RELABEL_POOL in all at most."""
+    from tpuperf_cli.model.examples import example
+
+    t0 = time.monotonic()
+    there_of = {id(e): c.corpus_ns for (c, _), e in zip(train_pairs, train) if c.corpus_ns}
+    timed = {c.record[FINGERPRINT] for c, _ in measured}
+    untimed = [c for c in candidates if c.corpus_ns and not c.held_out
+               and c.record[FINGERPRINT] not in timed][:RELABEL_POOL]
+    seen = timed | {c.record[FINGERPRINT] for c in candidates}
+    shards = [] if opts.corpus else generated_corpus(opts.backend)
+    unseen = set(held_programs) | set(opts.exclude_programs)
+    drawn = [c for c in relabel_candidates(shards, RELABEL_POOL - len(untimed), opts.seed, seen)
+             if c.record.get(ORIGIN) not in unseen]
+    pool = untimed + drawn
+    examples = []
+    for i, c in enumerate(pool, 1):
+        ex = example(c.record, i, "relabel")
+        ex.program = c.group
+        examples.append(ex)
+    log(f"calibrate: relabel: {len(examples)} corpus kernel(s) not timed here to relabel "
+        f"({len(untimed)} of the programs'), {time.monotonic() - t0:.0f}s")
+    return there_of, examples, [c.corpus_ns for c in pool], [c.record.get(ORIGIN) for c in pool]
+
 
 def fit_jobs(threads: int | None = None) -> int:
     """How many fits run side by side: `threads` (--threads), else
@@ -1000,13 +1180,17 @@ def calibrate(opts: Options, log) -> dict:
     methods = opts.methods
     if trees and methods == METHODS:
         methods = TREE_METHODS          # the default for a network: its counterpart for trees
-    allowed = TREE_METHODS if trees else METHODS
+    allowed = TREE_METHODS if trees else ALL_METHODS
     wrong = [m for m in methods if m not in allowed]
     if wrong:
         raise TpuperfError(f"model {base_path}: {'gradient-boosted trees' if trees else 'a network'}; "
                            f"method(s) {', '.join(wrong)} adapt {'networks' if trees else 'trees'} "
                            f"(for this model: {', '.join(allowed)})")
 
+    if "relabel" in methods:
+        from tpuperf_cli.model.trees import lightgbm_module
+
+        lightgbm_module()           # its ratio model: say what to install before timing anything
     shards = corpus_shards(opts.corpus, opts.backend) \
         if opts.corpus or not opts.generate or default_corpus(opts.backend) else []
     candidates = load_candidates(shards, opts.exclude_programs)
@@ -1111,10 +1295,12 @@ def calibrate(opts: Options, log) -> dict:
     groups = [e.program for e in test]
     base = build(read_model_file(base_path), base_path)
     before = figures(Fitter.predict(base, test), truth, groups)
+    relabel = relabel_inputs(opts, candidates, train_pairs, train, measured, held_programs, log) \
+        if "relabel" in methods else None
     reserve = 2.0 + 0.01 * opts.budget_s    # the figures after, saving the model file
     result = adapt(base, train, lambda m: log(f"{m}; {clock_text(budget.left())} left"),
                    max(1.0, budget.left() - reserve), methods, opts.seed, 1,
-                   join=opts.join, jobs=jobs)
+                   join=opts.join, jobs=jobs, relabel=relabel)
     model = result["model"]
     after = figures(Fitter.predict(model, test), truth, groups)
 

@@ -71,9 +71,10 @@ def parse_budget(ctx, param, text):
 @click.option("--max-kernels", type=click.IntRange(2), metavar="N",
               help="Use at most N kernels (a quick run).")
 @click.option("--methods", default="scale,head,finetune", show_default=True,
-              help="Adaptation methods to try, comma-separated: scale, head, finetune for a "
-                   "network; scale, boost for gradient-boosted trees (the default for a tree "
-                   "base: both).")
+              help="Adaptation methods to try, comma-separated: scale, head, finetune, "
+                   "relabel (finetune with corpus kernels not timed here too, their corpus "
+                   "runtimes relabelled for this machine) for a network; scale, boost for "
+                   "gradient-boosted trees (the default for a tree base: both).")
 @click.option("--join", type=click.Choice(["ensemble", "average"]), default="ensemble",
               show_default=True,
               help="How the winning method's fits on several splits become one model: an "
@@ -161,9 +162,9 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     Exit status: 0 on success, 1 on an error (no corpus, nothing measured,
     a bad model), 130 when interrupted.
     """
-    from tpuperf_cli.calibrate import METHODS, TREE_METHODS, Options, calibrate, figures_text, joined_text
+    from tpuperf_cli.calibrate import ALL_METHODS, TREE_METHODS, Options, calibrate, figures_text, joined_text
 
-    known = METHODS + tuple(m for m in TREE_METHODS if m not in METHODS)
+    known = ALL_METHODS + tuple(m for m in TREE_METHODS if m not in ALL_METHODS)
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
     wrong = [m for m in chosen if m not in known]
     if wrong or not chosen:
