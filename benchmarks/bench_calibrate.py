@@ -26,6 +26,9 @@ programs of the kernel MAPE (and the kernels' Kendall tau) of
                                        trees: fitted on
                                        calibrate's fitting programs, as
                                        calibrate compares them)
+    with a base of networks joined    (`tpuperf ensemble NET TREES`) the
+    with trees                         calibrated networks alone and the
+                                       boosted trees alone
     a model trained from scratch      (--scratch-model FILE: trained, e.g. by
                                        `tpuperf train`, on the whole corpus
                                        measured on this machine)
@@ -295,8 +298,11 @@ def main():
     preds[calibrated] = calibrated_model.predict_examples(test_examples())
     for method, model in result["models"].items():
         if method != "base":
-            preds[f"  {method} (fitted on calibrate's fitting programs)"] = cal.Fitter.predict(
-                model, test_examples())
+            # a joined base's two parts as calibrated: the networks (the
+            # winner's fits joined) and the boosted trees, each alone
+            what = "the calibrated model's part" if method in ("networks alone", "trees alone") \
+                else "fitted on calibrate's fitting programs"
+            preds[f"  {method} ({what})"] = cal.Fitter.predict(model, test_examples())
     scratch_rows = [f"scratch ({m.kind}, --scratch-model {i + 1})" for i, m in enumerate(scratches)]
     for name, m in zip(scratch_rows, scratches):
         preds[name] = m.predict_examples(test_examples())
@@ -313,7 +319,9 @@ def main():
         print(f"calibrate's {len(held.get('held_out_programs') or [])} held-out programs "
               f"(median program MAPE, tau): base {held['before']['program_mape']:.1f}%, "
               f"{held['before']['tau']:.3f}; calibrated {held['after']['program_mape']:.1f}%, "
-              f"{held['after']['tau']:.3f}")
+              f"{held['after']['tau']:.3f}"
+              + (f"; its networks alone {held['after_networks']['program_mape']:.1f}%, "
+                 f"{held['after_networks']['tau']:.3f}" if held.get("after_networks") else ""))
     # the same figures on kernels >= 5 us (the paper's threshold, the
     # README's other tables): timing noise weighs most below it
     big = truth >= args.min_us * 1000

@@ -574,6 +574,47 @@ def test_a_tree_base_is_calibrated_into_trees(tmp_path):
     assert d["target"]["platform"] == "cpu" and d["trained"]["calibrated"]["base"].startswith("trees-")
 
 
+def test_a_base_of_networks_joined_with_trees_is_calibrated_into_both(tmp_path):
+    """calibrate of `tpuperf ensemble NET TREES`: the networks adapt by the
+    network methods, the trees by boost on the same kernels, and the model
+    written joins both again; calibrate prints the networks alone too."""
+    import numpy as np
+    import torch
+
+    from tpuperf_cli.model.examples import example
+    from tpuperf_cli.model.predict import load_model
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in SMALL:
+        shutil.copy(GRAPHS / f"{name}.zst", corpus)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XDG_DATA_HOME=str(tmp_path / "data"))
+    data = ["--data", str(corpus / "*.zst"), "-q", "--kernel-features", "16"]
+    for args in (["--epochs", "2", "--hidden", "16", "-o", str(tmp_path / "net.pt")],
+                 ["--learner", "gbdt", "--trees", "50", "-o", str(tmp_path / "trees.pt")]):
+        res = run(["train", *data, *args], env)
+        assert res.returncode == 0, res.stderr.decode()
+    res = run(["ensemble", str(tmp_path / "net.pt"), str(tmp_path / "trees.pt"), "-o",
+               str(tmp_path / "joined.pt")], env)
+    assert res.returncode == 0, res.stderr.decode()
+    res = run(["calibrate", "--model", str(tmp_path / "joined.pt"), "--budget", "40s", "--max-kernels",
+               "24", "--samples", "1", "--corpus", str(corpus), "--cache-dir", str(tmp_path / "cache"),
+               "-o", str(tmp_path / "cal.pt")], env)
+    assert res.returncode == 0, res.stderr.decode()
+    d = torch.load(tmp_path / "cal.pt", weights_only=True)
+    assert d["version"] == 4 and d["trees"]["config"]["learner"] == "gbdt"
+    assert d["trees"]["config"]["trees"] >= 50           # the base's trees, and any boost added
+    assert d["trained"]["calibrated"]["method"].endswith(" + boost")
+    out = res.stdout.decode()
+    if "held out:" in out and "before (" in out:
+        assert "after, its networks alone:" in out, out
+    model = load_model(str(tmp_path / "cal.pt"))
+    assert model.trees is not None and model.target["platform"] == "cpu"
+    records = [r for r in read_records(str(corpus / "mlp_s_train.zst")) if r.get("type") == "graph"]
+    pred = model.predict_examples([example(r) for r in records[:20]])
+    assert np.all(np.isfinite(pred)) and np.all(pred > 0)
+
+
 def test_on_a_gpu_calibrate_starts_from_the_gpu_model_and_corpus():
     """--backend gpu without --model or --corpus: the bundled H200 model,
     and the GPU corpus's kernel records, featurized as they are read."""

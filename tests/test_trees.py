@@ -226,17 +226,6 @@ def test_ensemble_refuses_what_cannot_join_trees(net_model, trees_model, data, t
     assert not os.path.exists(tmp_path / "e.pt")
 
 
-def test_calibrate_refuses_networks_joined_with_trees(net_model, trees_model, tmp_path):
-    from tpuperf_cli.commands.calibrate import cli
-    from tpuperf_cli.commands.ensemble import cli as ensemble
-
-    joined = tmp_path / "joined.pt"
-    assert CliRunner().invoke(ensemble, [str(net_model), str(trees_model), "-o", str(joined)]).exit_code == 0
-    code, said = outcome(CliRunner().invoke(cli, ["--model", str(joined), "--budget", "1m",
-                                                  "-o", str(tmp_path / "c.pt")]))
-    assert code == 1 and "networks joined with trees" in said and "one kind at a time" in said, said
-
-
 def test_gbdt_refuses_what_it_cannot_do(data, tmp_path):
     base = ["--learner", "gbdt", "--data", str(data / "*.zst"), "-o", str(tmp_path / "m.pt")]
     for extra, said in ((["--task", "tile"], "tile"), (["--loss", "ape"], "mse"), (["--resume"], "--resume")):

@@ -86,6 +86,15 @@ averaged into one network instead, for a single network's predict rate:
 25.7% against the ensemble's 24.8% in the same three runs, half of what
 joining gains.
 
+Networks joined with trees. A base made by `tpuperf ensemble NET... TREES`
+(networks and gradient-boosted trees of the same data, one geometric mean)
+is taken apart: the networks adapt as above (methods, splits, fits
+joined), then the trees, given the adapted networks' output scaling, are
+boosted (`boost`, below) on adapt's first split, and the two are joined
+again as in the base. A twentieth of the budget (BOOST_RESERVE) is kept
+for the boosting. The networks alone are scored on the held-out programs
+too, so a run shows what the trees add.
+
 Side by side. The fits run in forked child processes, one torch thread
 each, `jobs` at a time (--threads; default min(2, CPUs)): the trained
 methods together, each for the whole first window, then the further fits
@@ -129,6 +138,9 @@ MEMBERS = 3                # the winning method fitted on this many splits, join
 # the budget's share for timing: a network's fits need the rest; trees are
 # boosted in seconds, so a tree base times kernels nearly all the time
 MEASURE_SHARE = {"network": 0.6, "trees": 0.95}
+# a base joining networks and trees: the budget's share kept for boosting
+# the trees once the networks are adapted (seconds on a few thousand kernels)
+BOOST_RESERVE = 0.05
 MAX_CORPUS_NS = 50e6       # kernels slower than this (where the corpus timed them) cost too much to time
 
 
@@ -1101,6 +1113,49 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
             "members": len(joined), "fits": joined, "fit": len(fit), "valid": len(valid)}
 
 
+def split_trees(model):
+    """(the networks alone, the trees as a model of their own) of a model
+    that joins both; the trees keep the networks' scaling."""
+    from tpuperf_cli.model.predict import Model
+
+    networks = one_network(model, model.net)
+    networks.trees = None
+    trees = Model(model.trees, copy.deepcopy(model.scaler), model.meta, model.path, "cpu")
+    return networks, trees
+
+
+def adapt_joined(result, tree_base, train, log, seconds, seed=0, jobs=1) -> dict:
+    """A base of networks joined with trees: `result` is adapt()'s for the
+    networks; the trees, given the adapted networks' output scaling (the
+    `scale` every fit shares), are boosted (`boost`) on the same fitting
+    and validation programs as adapt's first split, and joined to the
+    adapted networks again, one member more of the geometric mean as in
+    the base. Both parts alone are kept in result["models"] ("networks
+    alone", "trees alone") so a benchmark can set them beside the join."""
+    from tpuperf_cli.model.trees import boost
+
+    t0 = time.monotonic()
+    networks = result["model"]
+    trees = copy.copy(tree_base)
+    trees.scaler = copy.deepcopy(networks.scaler)
+    trees._memo, trees._memo_bytes = {}, 0
+    fit, valid = split_groups(train, 0.2, seed)
+    trees, added = boost(trees, fit, valid, lambda _line: None, seconds, jobs, seed)
+    joined = one_network(networks, networks.net)
+    joined.set_trees(trees.net)
+    scores = dict(result["scores"])
+    if valid:
+        for name, m in (("networks alone", networks), ("trees alone", trees), ("joined", joined)):
+            scores[name] = program_mape(m, valid)
+        log(f"calibrate: trees boosted ({added} added) and joined with the adapted networks: "
+            f"validation program MAPE joined {scores['joined']:.1f}%, networks alone "
+            f"{scores['networks alone']:.1f}%, trees alone {scores['trees alone']:.1f}% "
+            f"(the networks were stopped on these programs), {time.monotonic() - t0:.0f}s")
+    models = {**result["models"], "networks alone": networks, "trees alone": trees}
+    return {**result, "model": joined, "scores": scores, "models": models,
+            "trees_added": added}
+
+
 # ---------------------------------------------------------------- the whole run
 
 def relabel_inputs(opts: Options, candidates, train_pairs, train, measured, held_programs,
@@ -1171,11 +1226,9 @@ def calibrate(opts: Options, log) -> dict:
     if base_fast.task != "fusion":
         raise TpuperfError(f"model {base_path}: a {base_fast.task}-task model; calibrate adapts "
                            f"fusion-task models (runtimes), not tile rankings")
-    if base_fast.trees is not None:
-        raise TpuperfError(f"model {base_path}: networks joined with trees (tpuperf ensemble); "
-                           f"calibrate adapts networks or trees, one kind at a time: give it the "
-                           f"networks' file or the trees' (the bundled model's networks: "
-                           f"--model {default_base('cpu')[0]})")
+    # networks joined with trees (tpuperf ensemble): the networks adapt by
+    # the network methods, then the trees by boost (adapt_joined)
+    joined_trees = base_fast.trees is not None
     trees = base_fast.is_trees
     methods = opts.methods
     if trees and methods == METHODS:
@@ -1298,22 +1351,33 @@ def calibrate(opts: Options, log) -> dict:
     relabel = relabel_inputs(opts, candidates, train_pairs, train, measured, held_programs, log) \
         if "relabel" in methods else None
     reserve = 2.0 + 0.01 * opts.budget_s    # the figures after, saving the model file
-    result = adapt(base, train, lambda m: log(f"{m}; {clock_text(budget.left())} left"),
-                   max(1.0, budget.left() - reserve), methods, opts.seed, 1,
+    timed_log = lambda m: log(f"{m}; {clock_text(budget.left())} left")  # noqa: E731
+    tree_base = None
+    if joined_trees:
+        base, tree_base = split_trees(base)
+        reserve += BOOST_RESERVE * opts.budget_s
+    result = adapt(base, train, timed_log, max(1.0, budget.left() - reserve), methods, opts.seed, 1,
                    join=opts.join, jobs=jobs, relabel=relabel)
+    after_networks = None
+    if joined_trees:
+        after_networks = figures(Fitter.predict(result["model"], test), truth, groups)
+        result = adapt_joined(result, tree_base, train, timed_log,
+                              max(1.0, budget.left() - 2.0 - 0.01 * opts.budget_s), opts.seed, jobs)
     model = result["model"]
     after = figures(Fitter.predict(model, test), truth, groups)
+    method = result["method"] + (" + boost" if joined_trees else "")
 
     out = opts.out or model_path_for(target, models_dir())
     name = "calibrated-" + os.path.basename(model_path_for(target))[:-3]
     trained = dict(base_fast.meta.get("trained") or {})
     trained["calibrated"] = {
-        "base": base_fast.name, "method": result["method"], "kernels": len(train),
+        "base": base_fast.name, "method": method, "kernels": len(train),
         "held_out_kernels": len(test), "held_out_programs": held_programs,
         "validation_program_mape": {k: (None if math.isnan(v) else v)
                                     for k, v in result["scores"].items()},
         "members": result["members"], "join": opts.join,
-        "before": before, "after": after, "budget_s": opts.budget_s,
+        "before": before, "after": after, "after_networks": after_networks,
+        "budget_s": opts.budget_s,
         "seconds": budget.spent(), "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     if trees:
@@ -1323,6 +1387,14 @@ def calibrate(opts: Options, log) -> dict:
     else:
         d = model_dict(model.net, model.scaler, name, "fusion", base_fast.meta.get("loss") or "mse",
                        target, trained)
+        if model.trees is not None:
+            from tpuperf_cli.model import TREES_JOINED_VERSION
+            from tpuperf_cli.model.trees import tree_model_dict
+
+            part = tree_model_dict(model.trees.cfg, model.trees.arrays(), model.scaler, name,
+                                   target, {})
+            d.update(version=TREES_JOINED_VERSION,
+                     trees={"config": part["config"], "state_dict": part["state_dict"]})
     # written whole even under Ctrl-C: a model file half-replaced helps nobody
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
@@ -1333,9 +1405,10 @@ def calibrate(opts: Options, log) -> dict:
         raise TpuperfError(f"{out}: {e.strerror or e}") from None
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
-    return {"out": out, "name": d["name"], "target": target, "method": result["method"],
+    return {"out": out, "name": d["name"], "target": target, "method": method,
             "scores": result["scores"], "models": result["models"], "train": len(train),
             "members": result["members"], "join": opts.join,
             "held_out": len(test), "all_fitted": all_fitted, "before": before, "after": after,
+            "after_networks": after_networks,
             "seconds": budget.spent(),
             "base": base_fast.name, "timed": session.timed}

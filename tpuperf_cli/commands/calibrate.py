@@ -140,7 +140,11 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     bundled GPU model) is adapted by `scale` and `boost`: more trees,
     fitted to what the base gets wrong on the kernels timed here, stopped
     on the validation programs and appended to the base's trees (one
-    fit); the calibrated model is trees too.
+    fit); the calibrated model is trees too. A base of networks joined with
+    trees (`tpuperf ensemble NET TREES`) is adapted in two parts: the
+    networks by the methods above, then the trees by boost (in the adapted
+    networks' output scale, on the same kernels), joined again; calibrate
+    prints the held-out figures of the networks alone beside the join's.
 
     Without --output the model goes to $XDG_DATA_HOME/tpuperf/models/ (default
     ~/.local/share/tpuperf/models/), named by target; from then on
@@ -187,6 +191,8 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
         print(f"  before ({result['base']}): {figures_text(before)}")
         print(f"  after  ({result['name']}, {result['method']}"
               f"{joined_text(result['members'], result['join'])}): {figures_text(after)}")
+        if result.get("after_networks"):
+            print(f"  after, its networks alone: {figures_text(result['after_networks'])}")
     elif result["all_fitted"]:
         print(f"held out: none (only {result['train']} kernel(s) measured, all fitted; a larger "
               "--budget holds some out)")
