@@ -300,7 +300,7 @@ def main():
         if method != "base":
             # a joined base's two parts as calibrated: the networks (the
             # winner's fits joined) and the boosted trees, each alone
-            what = "the calibrated model's part" if method in ("networks alone", "trees alone") \
+            what = "the calibrated model's part" if method in cal.JOINED_PARTS \
                 else "fitted on calibrate's fitting programs"
             preds[f"  {method} ({what})"] = cal.Fitter.predict(model, test_examples())
     scratch_rows = [f"scratch ({m.kind}, --scratch-model {i + 1})" for i, m in enumerate(scratches)]

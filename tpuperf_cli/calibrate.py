@@ -141,6 +141,8 @@ MEASURE_SHARE = {"network": 0.6, "trees": 0.95}
 # a base joining networks and trees: the budget's share kept for boosting
 # the trees once the networks are adapted (seconds on a few thousand kernels)
 BOOST_RESERVE = 0.05
+# its two parts as calibrated, kept beside the join in adapt's "models"
+JOINED_PARTS = ("networks alone", "trees alone")
 MAX_CORPUS_NS = 50e6       # kernels slower than this (where the corpus timed them) cost too much to time
 
 
@@ -1114,44 +1116,39 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
 
 
 def split_trees(model):
-    """(the networks alone, the trees as a model of their own) of a model
-    that joins both; the trees keep the networks' scaling."""
-    from tpuperf_cli.model.predict import Model
-
+    """(the networks alone, the trees' TreeNet) of a model that joins both."""
     networks = one_network(model, model.net)
     networks.trees = None
-    trees = Model(model.trees, copy.deepcopy(model.scaler), model.meta, model.path, "cpu")
-    return networks, trees
+    return networks, model.trees
 
 
-def adapt_joined(result, tree_base, train, log, seconds, seed=0, jobs=1) -> dict:
+def adapt_joined(result, tree_net, train, log, seconds, seed=0, jobs=1) -> dict:
     """A base of networks joined with trees: `result` is adapt()'s for the
     networks; the trees, given the adapted networks' output scaling (the
     `scale` every fit shares), are boosted (`boost`) on the same fitting
     and validation programs as adapt's first split, and joined to the
     adapted networks again, one member more of the geometric mean as in
-    the base. Both parts alone are kept in result["models"] ("networks
-    alone", "trees alone") so a benchmark can set them beside the join."""
+    the base. Both parts alone are kept in result["models"] (JOINED_PARTS)
+    so a benchmark can set them beside the join."""
+    from tpuperf_cli.model.predict import Model
     from tpuperf_cli.model.trees import boost
 
     t0 = time.monotonic()
     networks = result["model"]
-    trees = copy.copy(tree_base)
-    trees.scaler = copy.deepcopy(networks.scaler)
-    trees._memo, trees._memo_bytes = {}, 0
+    trees = Model(tree_net, copy.deepcopy(networks.scaler), networks.meta, networks.path, "cpu")
     fit, valid = split_groups(train, 0.2, seed)
     trees, added = boost(trees, fit, valid, lambda _line: None, seconds, jobs, seed)
     joined = one_network(networks, networks.net)
     joined.set_trees(trees.net)
     scores = dict(result["scores"])
     if valid:
-        for name, m in (("networks alone", networks), ("trees alone", trees), ("joined", joined)):
+        for name, m in zip((*JOINED_PARTS, "joined"), (networks, trees, joined)):
             scores[name] = program_mape(m, valid)
         log(f"calibrate: trees boosted ({added} added) and joined with the adapted networks: "
             f"validation program MAPE joined {scores['joined']:.1f}%, networks alone "
             f"{scores['networks alone']:.1f}%, trees alone {scores['trees alone']:.1f}% "
             f"(the networks were stopped on these programs), {time.monotonic() - t0:.0f}s")
-    models = {**result["models"], "networks alone": networks, "trees alone": trees}
+    models = {**result["models"], **dict(zip(JOINED_PARTS, (networks, trees)))}
     return {**result, "model": joined, "scores": scores, "models": models,
             "trees_added": added}
 
@@ -1350,19 +1347,19 @@ def calibrate(opts: Options, log) -> dict:
     before = figures(Fitter.predict(base, test), truth, groups)
     relabel = relabel_inputs(opts, candidates, train_pairs, train, measured, held_programs, log) \
         if "relabel" in methods else None
-    reserve = 2.0 + 0.01 * opts.budget_s    # the figures after, saving the model file
+    last = 2.0 + 0.01 * opts.budget_s       # the figures after, saving the model file
+    reserve = last + (BOOST_RESERVE * opts.budget_s if joined_trees else 0.0)
     timed_log = lambda m: log(f"{m}; {clock_text(budget.left())} left")  # noqa: E731
-    tree_base = None
+    tree_net = None
     if joined_trees:
-        base, tree_base = split_trees(base)
-        reserve += BOOST_RESERVE * opts.budget_s
+        base, tree_net = split_trees(base)
     result = adapt(base, train, timed_log, max(1.0, budget.left() - reserve), methods, opts.seed, 1,
                    join=opts.join, jobs=jobs, relabel=relabel)
     after_networks = None
     if joined_trees:
         after_networks = figures(Fitter.predict(result["model"], test), truth, groups)
-        result = adapt_joined(result, tree_base, train, timed_log,
-                              max(1.0, budget.left() - 2.0 - 0.01 * opts.budget_s), opts.seed, jobs)
+        result = adapt_joined(result, tree_net, train, timed_log, max(1.0, budget.left() - last),
+                              opts.seed, jobs)
     model = result["model"]
     after = figures(Fitter.predict(model, test), truth, groups)
     method = result["method"] + (" + boost" if joined_trees else "")
