@@ -73,6 +73,9 @@ VARIANTS = {
     "none-column": dict(gnn="none"),
     "none-lstm-no-head": dict(gnn="none", reduction="lstm", kernel_head=False),
     "sage-column-short-seq": dict(reduction="transformer", max_nodes=4, heads=4),
+    "sage-column-counts": dict(counts=True),
+    "none-per-node-counts-no-head": dict(gnn="none", reduction="per-node", counts=True,
+                                         kernel_head=False),
 }
 
 
@@ -117,6 +120,28 @@ def test_fresh_models_of_every_kind_agree(variant, shard, tmp_path):
     # and all in one batch
     fast = load_model(str(out), engine="numpy")
     assert_same(predicted(fast, recs, batch_size=512), want)
+
+
+def test_counts_reach_the_network(shard, tmp_path):
+    """--counts: f1 reads two more columns (operands, users), the head one
+    more (nodes), and the prediction depends on them."""
+    from tpuperf_cli.model.predict import read_model_file
+
+    out = tmp_path / "c.pt"
+    cfg = NetConfig(hidden=16, opcode_dim=8, layers=2, counts=True)
+    train([str(shard)], out, cfg, TrainOptions(epochs=1, batch_size=16, lr=1e-2, threads=1, ema=0),
+          progress=lambda m: None)
+    d = read_model_file(str(out))
+    assert d["config"]["counts"] is True
+    state = d["state_dict"]
+    assert state["f1.0.weight"].shape[1] == 8 + d["config"]["in_features"] + 2
+    plain = NetConfig(hidden=16, opcode_dim=8, layers=2)
+    assert state["head.0.weight"].shape[1] == 2 * 16 + 1 + plain.in_features - 140
+    recs = synthetic_records(n_programs=1, kernels=20, seed=2, nodes=(1, 30))
+    before = predicted(load_model(str(out), engine="numpy"), recs)
+    blind = load_model(str(out), engine="numpy")       # a fresh one: predictions are memoised
+    blind.net.f1_counts[:] = 0
+    assert np.abs(predicted(blind, recs) / before - 1).max() > 1e-4
 
 
 def test_unknown_weights_fall_back_to_dgl(tmp_path):

@@ -155,6 +155,10 @@ def _source_weights(ctx, param, values) -> dict:
               help="GraphSAGE neighbour aggregation.")
 @click.option("--directed/--undirected", default=True, show_default=True,
               help="Separate weights for operand and user edges.")
+@click.option("--counts/--no-counts", default=False, show_default=True,
+              help="Give the network the counts a mean cannot see: each node's number of "
+                   "operands and of users (log-scaled) join its input, the kernel's number of "
+                   "nodes the final layer's.")
 @click.option("--normalize/--no-normalize", default=True, show_default=True,
               help="L2-normalise node embeddings after each GNN layer.")
 @click.option("--kernel-head/--no-kernel-head", default=True, show_default=True,
@@ -187,8 +191,8 @@ def cli(files, data, output, valid, split, task, loss, huber_within, epochs, bat
         kernel_features, configs,
         memory_mb, seed,
         device, threads, max_time, ema, tail_average, learner, trees, leaves, gnn, layers, hidden, opcode_dim,
-        neighbors, aggregate,
-        directed, normalize, kernel_head, reduction, heads, seq_layers, dropout, resume, keep_state, name, quiet):
+        neighbors, aggregate, directed, counts,
+        normalize, kernel_head, reduction, heads, seq_layers, dropout, resume, keep_state, name, quiet):
     """Train a performance model (a graph neural network, or trees) on measured kernels.
 
     Reads graph records with runtime_ns (featurize, then measure: node_opcode,
@@ -296,7 +300,7 @@ def cli(files, data, output, valid, split, task, loss, huber_within, epochs, bat
         net = NetConfig(opcode_dim=opcode_dim, hidden=hidden, gnn=gnn, layers=layers,
                         neighbors=neighbors, aggregate=aggregate, directed=directed,
                         normalize=normalize, kernel_head=kernel_head, heads=heads, reduction=reduction,
-                        seq_layers=seq_layers, dropout=dropout).check()
+                        seq_layers=seq_layers, dropout=dropout, counts=counts).check()
     except ValueError as e:
         raise TpuperfError(str(e), exit_code=2) from None
     if learner == "gbdt":

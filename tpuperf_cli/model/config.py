@@ -2,12 +2,19 @@
 the model file stores them, and both the DGL network (net) and the numpy
 inference (infer) are built from them."""
 
+import math
 from dataclasses import dataclass, field, fields
 
 from tpuperf_cli.records import CONFIG_FEATURES, KERNEL_FEATURES, NODE_FEATURES
 
 GNNS = ("sage", "gat", "none")
 REDUCTIONS = ("per-node", "column", "lstm", "transformer")
+
+
+# --counts: log(1 + count) divided by these, so that the counts the corpus
+# holds (at most 17 operands or users, a few thousand nodes) sit near [0, 1]
+DEGREE_SCALE = math.log(1 + 20)
+NODES_SCALE = math.log(1 + 1024)
 
 
 def _num_opcodes():
@@ -43,6 +50,9 @@ class NetConfig:
     seq_layers: int = 1         # LSTM / Transformer encoder layers in the reduction
     max_nodes: int = 512        # LSTM / Transformer see at most this many nodes (the last ones)
     dropout: float = 0.0        # dropout in MLPs and the reduction
+    counts: bool = False        # each node's operand and user counts join f1's input and the
+                                # kernel's node count the head's: what a mean (GraphSAGE's,
+                                # the column-wise reduction's) cannot count
 
     @classmethod
     def from_dict(cls, d: dict) -> "NetConfig":

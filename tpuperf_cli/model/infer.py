@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tpuperf_cli.model.config import NetConfig
+from tpuperf_cli.model.config import DEGREE_SCALE, NODES_SCALE, NetConfig
 from tpuperf_cli.model.weights import Unsupported
 from tpuperf_cli.records import NODE_FEATURES
 
@@ -183,13 +183,16 @@ class NumpyNet:
         w = _Weights(state)
         h, e = cfg.hidden, cfg.opcode_dim
         embed = w.get("embed.weight", (cfg.num_opcodes, e))
-        f1a, self.f1b = w.mlp("f1", e + cfg.in_features, h, h, cfg.dropout)
-        # f1's first layer on [embed(op) ++ node ++ kernel/config features]
-        # as three products: per opcode, per node, per graph
+        counts = 2 if cfg.counts else 0
+        f1a, self.f1b = w.mlp("f1", e + cfg.in_features + counts, h, h, cfg.dropout)
+        # f1's first layer on [embed(op) ++ node ++ kernel/config features
+        # (++ operand and user counts)] as products per opcode, node, graph
         wt = f1a.wt
+        f = e + cfg.in_features
         self.f1_op = embed @ wt[:e]                                   # (opcodes, H)
         self.f1_node = np.ascontiguousarray(wt[e:e + NODE_FEATURES])  # (140, H)
-        self.f1_graph = np.ascontiguousarray(wt[e + NODE_FEATURES:])  # (K, H)
+        self.f1_graph = np.ascontiguousarray(wt[e + NODE_FEATURES:f])  # (K, H)
+        self.f1_counts = np.ascontiguousarray(wt[f:]) if counts else None   # (2, H)
         self.f1_bias = f1a.b
         self.layers = []
         if cfg.gnn != "none":
@@ -255,7 +258,7 @@ class NumpyNet:
         else:
             raise Unsupported(f"reduction {kind}")
         k = cfg.in_features - NODE_FEATURES if cfg.kernel_head else 0
-        self.head = w.mlp("head", width + k, h, 1, cfg.dropout)
+        self.head = w.mlp("head", width + (1 if cfg.counts else 0) + k, h, 1, cfg.dropout)
         self.skip = w.linear("skip", k, 1) if k else None
         w.check_all_used()
 
@@ -273,11 +276,16 @@ class NumpyNet:
         h = node_x @ self.f1_node
         h += self.f1_op[b.opcode]
         h += np.repeat(kx @ self.f1_graph + self.f1_bias, b.n_nodes, axis=0)
+        g_in = g_out = None
+        if self.layers or cfg.counts:
+            g_in = _Edges(b.in_src, b.in_dst, n)
+            g_out = _Edges(b.out_src, b.out_dst, n)
+        if cfg.counts:
+            degrees = np.stack([g_in.deg, g_out.deg], axis=1).astype(np.float32)
+            h += (np.log1p(degrees) / np.float32(DEGREE_SCALE)) @ self.f1_counts
         h = self.f1b(_relu(h))
         _relu(h)
         if self.layers:
-            g_in = _Edges(b.in_src, b.in_dst, n)
-            g_out = _Edges(b.out_src, b.out_dst, n)
             mean = cfg.aggregate == "mean"
             for kind, p_in, p_out, f3, (w_h, w_in, w_out) in self.layers:
                 if kind == "sage":
@@ -302,6 +310,9 @@ class NumpyNet:
                     norm = np.sqrt(np.einsum("ij,ij->i", h, h))
                     h /= np.maximum(norm, 1e-12)[:, None]
         r = self._reduce(h, b)
+        if cfg.counts:
+            nodes = np.log1p(b.n_nodes.astype(np.float32)) / np.float32(NODES_SCALE)
+            r = np.concatenate([r, nodes[:, None]], axis=1)
         if self.skip is None:
             return self._head(r)
         return self._head(np.concatenate([r, kx], axis=1)) + self.skip(kx)[:, 0]

@@ -1,14 +1,16 @@
 """The network: a kernel's graph in, one number out (Kaufman et al. 2021, sec. 4).
 
     node input   x_i = [ embed(opcode_i) ++ scaled node features ++ kernel
-                         features ++ tile-config features ]        (n, E + F)
+                         features ++ tile-config features
+                         (++ log counts of operands and users: --counts) ]  (n, E + F)
     f1           h_i = MLP(x_i)                                     (n, H)
     k GNN layers GraphSAGE with separate weights for the two edge directions
                  (operands -> user and user -> operands), mean of the first
                  `neighbors` neighbours, L2-normalised output; or GAT; or none
     reduction    per-node sum, column-wise mean & max, LSTM over the nodes in
                  topological order, or a Transformer encoder      (B, R)
-    head         MLP -> one number per kernel: the standardised log runtime
+    head         (with --counts, the log node count appended)
+                 MLP -> one number per kernel: the standardised log runtime
                  (fusion task) or a ranking score (tile task)      (B,)
 
 Batches are built in numpy by tpuperf_cli.model.data (graphs concatenated,
@@ -28,7 +30,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional  # noqa: E402
 
 # NetConfig lives in config (no torch); imported here too, where it always was
-from tpuperf_cli.model.config import GNNS, REDUCTIONS, NetConfig  # noqa: E402,F401
+from tpuperf_cli.model.config import DEGREE_SCALE, GNNS, NODES_SCALE, REDUCTIONS, NetConfig  # noqa: E402,F401
 from tpuperf_cli.records import NODE_FEATURES  # noqa: E402
 
 if TYPE_CHECKING:
@@ -165,21 +167,30 @@ class Net(nn.Module):
         self.embed = nn.Embedding(cfg.num_opcodes, cfg.opcode_dim)
         with torch.no_grad():
             self.embed.weight[0].zero_()          # "unknown" opcodes start neutral
-        self.f1 = mlp(cfg.opcode_dim + cfg.in_features, cfg.hidden, cfg.hidden, cfg.dropout)
+        c = 2 if cfg.counts else 0                 # operands and users of each node
+        self.f1 = mlp(cfg.opcode_dim + cfg.in_features + c, cfg.hidden, cfg.hidden, cfg.dropout)
         layer = {"sage": SageLayer, "gat": GatLayer}.get(cfg.gnn)
         n_layers = cfg.layers if layer else 0
         self.layers = nn.ModuleList([layer(cfg) for _ in range(n_layers)])
         self.reduce = Reduction(cfg)
         k = cfg.in_features - NODE_FEATURES if cfg.kernel_head else 0   # kernel + config features
-        self.head = mlp(self.reduce.width + k, cfg.hidden, 1, cfg.dropout, final_act=False)
+        c = 1 if cfg.counts else 0                 # the kernel's node count
+        self.head = mlp(self.reduce.width + c + k, cfg.hidden, 1, cfg.dropout, final_act=False)
         self.skip = nn.Linear(k, 1) if k else None
 
     def forward(self, batch):
         """batch: the dict of `to_device`. Returns one number per graph (B,)."""
-        h = self.f1(torch.cat([self.embed(batch["opcode"]), batch["x"]], dim=1))   # (N, H)
+        parts = [self.embed(batch["opcode"]), batch["x"]]
+        if self.cfg.counts:
+            degrees = torch.stack([batch["g_in"].in_degrees(), batch["g_out"].in_degrees()], dim=1)
+            parts.append(torch.log1p(degrees.to(batch["x"].dtype)) / DEGREE_SCALE)
+        h = self.f1(torch.cat(parts, dim=1))                                         # (N, H)
         for layer in self.layers:
             h = layer(batch["g_in"], batch["g_out"], h)
         r = self.reduce(h, batch)                                                    # (B, R)
+        if self.cfg.counts:
+            nodes = torch.log1p(batch["n_nodes"].to(r.dtype)) / NODES_SCALE
+            r = torch.cat([r, nodes.unsqueeze(1)], dim=1)
         if self.skip is None:
             return self.head(r).squeeze(1)                                           # (B,)
         k = batch["kernel_x"]                                                        # (B, K)
