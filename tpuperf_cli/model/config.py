@@ -54,6 +54,16 @@ class NetConfig:
                                 # kernel's node count the head's: what a mean (GraphSAGE's,
                                 # the column-wise reduction's) cannot count
 
+    @property
+    def node_counts(self) -> int:
+        """Columns --counts adds to f1's input (a node's operands, its users)."""
+        return 2 if self.counts else 0
+
+    @property
+    def graph_counts(self) -> int:
+        """Columns --counts adds to the head's input (the kernel's nodes)."""
+        return 1 if self.counts else 0
+
     @classmethod
     def from_dict(cls, d: dict) -> "NetConfig":
         known = {f.name for f in fields(cls)}

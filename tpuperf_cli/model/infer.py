@@ -183,8 +183,7 @@ class NumpyNet:
         w = _Weights(state)
         h, e = cfg.hidden, cfg.opcode_dim
         embed = w.get("embed.weight", (cfg.num_opcodes, e))
-        counts = 2 if cfg.counts else 0
-        f1a, self.f1b = w.mlp("f1", e + cfg.in_features + counts, h, h, cfg.dropout)
+        f1a, self.f1b = w.mlp("f1", e + cfg.in_features + cfg.node_counts, h, h, cfg.dropout)
         # f1's first layer on [embed(op) ++ node ++ kernel/config features
         # (++ operand and user counts)] as products per opcode, node, graph
         wt = f1a.wt
@@ -192,7 +191,7 @@ class NumpyNet:
         self.f1_op = embed @ wt[:e]                                   # (opcodes, H)
         self.f1_node = np.ascontiguousarray(wt[e:e + NODE_FEATURES])  # (140, H)
         self.f1_graph = np.ascontiguousarray(wt[e + NODE_FEATURES:f])  # (K, H)
-        self.f1_counts = np.ascontiguousarray(wt[f:]) if counts else None   # (2, H)
+        self.f1_counts = np.ascontiguousarray(wt[f:]) if cfg.counts else None   # (2, H)
         self.f1_bias = f1a.b
         self.layers = []
         if cfg.gnn != "none":
@@ -258,7 +257,7 @@ class NumpyNet:
         else:
             raise Unsupported(f"reduction {kind}")
         k = cfg.in_features - NODE_FEATURES if cfg.kernel_head else 0
-        self.head = w.mlp("head", width + (1 if cfg.counts else 0) + k, h, 1, cfg.dropout)
+        self.head = w.mlp("head", width + cfg.graph_counts + k, h, 1, cfg.dropout)
         self.skip = w.linear("skip", k, 1) if k else None
         w.check_all_used()
 
@@ -276,7 +275,6 @@ class NumpyNet:
         h = node_x @ self.f1_node
         h += self.f1_op[b.opcode]
         h += np.repeat(kx @ self.f1_graph + self.f1_bias, b.n_nodes, axis=0)
-        g_in = g_out = None
         if self.layers or cfg.counts:
             g_in = _Edges(b.in_src, b.in_dst, n)
             g_out = _Edges(b.out_src, b.out_dst, n)

@@ -167,15 +167,15 @@ class Net(nn.Module):
         self.embed = nn.Embedding(cfg.num_opcodes, cfg.opcode_dim)
         with torch.no_grad():
             self.embed.weight[0].zero_()          # "unknown" opcodes start neutral
-        c = 2 if cfg.counts else 0                 # operands and users of each node
-        self.f1 = mlp(cfg.opcode_dim + cfg.in_features + c, cfg.hidden, cfg.hidden, cfg.dropout)
+        self.f1 = mlp(cfg.opcode_dim + cfg.in_features + cfg.node_counts, cfg.hidden, cfg.hidden,
+                      cfg.dropout)
         layer = {"sage": SageLayer, "gat": GatLayer}.get(cfg.gnn)
         n_layers = cfg.layers if layer else 0
         self.layers = nn.ModuleList([layer(cfg) for _ in range(n_layers)])
         self.reduce = Reduction(cfg)
         k = cfg.in_features - NODE_FEATURES if cfg.kernel_head else 0   # kernel + config features
-        c = 1 if cfg.counts else 0                 # the kernel's node count
-        self.head = mlp(self.reduce.width + c + k, cfg.hidden, 1, cfg.dropout, final_act=False)
+        self.head = mlp(self.reduce.width + cfg.graph_counts + k, cfg.hidden, 1, cfg.dropout,
+                        final_act=False)
         self.skip = nn.Linear(k, 1) if k else None
 
     def forward(self, batch):
