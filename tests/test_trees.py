@@ -20,6 +20,7 @@ from synthetic import synthetic_records
 lightgbm = pytest.importorskip("lightgbm")
 torch = pytest.importorskip("torch")
 
+from tpuperf_cli.model import trees as tree_walk  # noqa: E402
 from tpuperf_cli.model.predict import load_model  # noqa: E402
 from tpuperf_cli.model.trees import TreeConfig, TreeNet, TreeOptions, fit, from_lightgbm  # noqa: E402
 
@@ -64,7 +65,8 @@ def trees_model(data):
     return out
 
 
-def test_numpy_walk_equals_lightgbm_on_every_row():
+@pytest.mark.parametrize("walk", ["numpy", "compiled"])
+def test_walk_equals_lightgbm_on_every_row(walk):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(400, 12)).astype(np.float32)
     x[:, 3] = rng.integers(0, 4, 400)            # ties on thresholds: integer-valued columns
@@ -75,8 +77,30 @@ def test_numpy_walk_equals_lightgbm_on_every_row():
     arrays = from_lightgbm(booster, keep)
     assert arrays["roots"].size == keep
     net = TreeNet(TreeConfig(num_opcodes=4, in_features=1), arrays)
-    np.testing.assert_allclose(net.predict_rows(x), booster.predict(x, num_iteration=keep), rtol=1e-12,
+    if walk == "compiled":
+        net.walked = tree_walk.COMPILE_AFTER          # its numpy budget spent
+    theirs = booster.predict(x, num_iteration=keep)
+    np.testing.assert_allclose(net.predict_rows(x), theirs, rtol=1e-12, atol=1e-12)
+    # float64 rows (values a float32 cannot hold) compare against the same thresholds
+    np.testing.assert_allclose(net.predict_rows(x.astype(np.float64)), theirs, rtol=1e-12, atol=1e-12)
+
+
+def test_walk_compiles_once_numpy_has_walked_its_share(monkeypatch):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(300, 6)).astype(np.float32)
+    booster, keep, _ = fit(x, x[:, 0] - x[:, 1] ** 2, None, None, None, TreeOptions(trees=40, leaves=6),
+                           lambda _: None)
+    net = TreeNet(TreeConfig(num_opcodes=4, in_features=1), from_lightgbm(booster, keep))
+    numpy_walk, walks = tree_walk._numpy_walk, []
+    monkeypatch.setattr(tree_walk, "COMPILE_AFTER", 250 * keep)
+    monkeypatch.setattr(tree_walk, "_numpy_walk", lambda *a: walks.append(len(a[0])) or numpy_walk(*a))
+    got = [net.predict_rows(x[i:i + 100]) for i in range(0, 300, 100)]
+    # 100 and 100 rows fit the budget of 250; the third 100 would pass it
+    assert walks == [100, 100] and net.walked == 200 * keep
+    np.testing.assert_allclose(np.concatenate(got), booster.predict(x, num_iteration=keep), rtol=1e-12,
                                atol=1e-12)
+    # one call larger than the whole budget compiles at once
+    assert net.predict_rows(np.tile(x, (2, 1))).shape == (600,) and walks == [100, 100]
 
 
 def test_single_leaf_trees_are_kept():

@@ -26,7 +26,7 @@ def cli(models, output, name, quiet):
     recipe's network joined with such trees: median MAPE 26.1% against
     27.7% alone; README, "The bundled model"). predict, eval, score and compare take
     the file like any model; each prediction costs the members' forward
-    passes (the trees' in numpy). calibrate adapts a file that joins both
+    passes (the trees' walk: numpy's, then numba's compiled loop). calibrate adapts a file that joins both
     in two parts (the networks by its network methods, the trees by
     boost) and joins them again. Averaging a few
     seeds smooths the error one seed's training leaves: on the manual
