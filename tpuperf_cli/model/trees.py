@@ -225,7 +225,11 @@ def _compiled_walk():
         except ImportError:         # a dependency; without it, slower but the same
             _compiled.append(_numpy_walk)
         else:
-            _compiled.append(numba.njit(cache=True, nogil=True)(_walk_loop))
+            try:
+                walk = numba.njit(cache=True, nogil=True)(_walk_loop)
+            except RuntimeError:    # nowhere writable to cache: compile each process
+                walk = numba.njit(nogil=True)(_walk_loop)
+            _compiled.append(walk)
     return _compiled[0]
 
 
