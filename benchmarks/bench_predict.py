@@ -19,14 +19,22 @@ Figures, all measured in this run on this machine:
   start-up subtracted.
 * reference: a do-nothing filter over the same stream (msgpack records
   read and written again), the floor any record tool pays.
+* with --against REF: the model's rate as a ratio of another model's (the
+  numpy engine, the whole corpus, past start-up), in --pairs runs that
+  alternate the two in this process, each pair's ratio and their median:
+  on a VM whose speed drifts from one minute to the next, runs of two
+  models minutes apart differ by more than the models do.
 
 Each figure is the best of --repeat runs; every run starts with a fresh
-model (an empty memo); output goes to a sink that drops it. Throughput
+model (an empty memo, and a tree model's walk in numpy for its first
+share, as in a new process; numba's compile, once per process, is in the
+command's figure alone); output goes to a sink that drops it. Throughput
 comes as wall-clock and CPU rates (CPU seconds of this process, math on
 one thread): on a shared machine the CPU rate is the steadier one, and the
 goal is checked on it.
 
     .venv/bin/python benchmarks/bench_predict.py [--model M] [--threads 1] [--repeat 3]
+        [--against REF [--pairs 5]]
 """
 
 import argparse
@@ -118,6 +126,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1,
                     help="math threads (default 1: on a shared 2-core machine one is faster)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--against", metavar="REF", help="also the model's rate against REF's, in alternating runs")
+    ap.add_argument("--pairs", type=int, default=5, help="alternating runs of --against (default 5)")
     args = ap.parse_args()
     os.environ["TPUPERF_THREADS"] = str(args.threads)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", str(args.threads))   # before numpy loads
@@ -165,10 +175,18 @@ def main():
     models["dgl"] = load_model(args.model, threads=args.threads, engine="dgl")
     load_dgl = time.perf_counter() - t
 
+    def fresh(model):
+        """As a fresh process has it: no graph seen, no tree walked (the walk
+        compiles after numpy's first share: model/trees.py)."""
+        model._memo.clear()
+        model._memo_bytes = 0
+        for part in (model.net, model.trees):
+            if hasattr(part, "walked"):
+                part.walked = 0
+
     def library(model, d):
         """What the command runs past start-up."""
-        model._memo.clear()          # every run starts as a fresh process would
-        model._memo_bytes = 0
+        fresh(model)                 # every run starts as a fresh process would
         w = RecordWriter(Sink())
         gc.disable()
         try:
@@ -179,8 +197,7 @@ def main():
         w.flush()
 
     def records_api(model, d):
-        model._memo.clear()
-        model._memo_bytes = 0
+        fresh(model)
         w = RecordWriter(Sink())
         for r in predict_records(read_records(io.BytesIO(d)), model):
             w.write(r)
@@ -228,6 +245,17 @@ def main():
           f"{'met' if start_np - start_score <= GOAL_STARTUP else 'NOT met'}; "
           f">= {GOAL_RATE} kernels/s past start-up (cpu): {'met' if rate >= GOAL_RATE else 'NOT met'} "
           f"({rate:.0f}/s cpu, {n / lib['numpy']:.0f}/s wall; command {n / cli_net:.0f}/s wall)")
+    if args.against:
+        other = load_model(args.against, threads=args.threads, engine="numpy")
+        library(other, warm)
+        ratios = []
+        for _ in range(args.pairs):
+            mine = best_cpu(lambda: library(m, data), 1)[1]
+            theirs = best_cpu(lambda: library(other, data), 1)[1]
+            ratios.append(theirs / mine)
+        print(f"against {other.name} ({args.against}), {args.pairs} alternating pairs, cpu: this model at "
+              f"{statistics.median(ratios):.2f}x its rate (median; pairs "
+              f"{', '.join(f'{r:.2f}x' for r in ratios)}; {n / mine:.0f}/s against {n / theirs:.0f}/s in the last)")
 
 
 def _cpu():
