@@ -223,7 +223,7 @@ def cli(files, data, output, valid, split, task, loss, huber_within, epochs, bat
     after --patience trees (50 unless given) without a better validation
     loss, in one process. The trees are stored as arrays in the model file
     (version 3) and predict walks them without LightGBM or torch (in numpy, then
-    in a loop numba compiles once a model has walked a few million rows).
+    in a loop numba compiles once a model has walked 3 million (row, tree) pairs).
     Options of the network (--gnn, --hidden, --epochs, ...) do not apply;
     --resume, --task tile and --loss other than mse are refused.
 

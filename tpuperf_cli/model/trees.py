@@ -149,9 +149,9 @@ class TreeNet:
                              f"{self.feature.max() + 1}")
         rows = np.ascontiguousarray(rows, np.float32 if rows.dtype == np.float32 else np.float64)
         arrays = (self.roots, self.feature, self.threshold, self.left, self.right, self.leaf_value)
-        # numba's import and first call (about 0.7 s, even with its cache on
-        # disk) would double the time of a program's few hundred kernels:
-        # numpy walks while its walks add up to no more than that
+        # numba's import and first call (0.55 to 0.74 s, even with its cache
+        # on disk) would double the time of a program's few hundred kernels:
+        # numpy walks until its walks would pass about that much time
         work = rows.shape[0] * self.roots.size
         if self.walked + work <= COMPILE_AFTER:
             self.walked += work
@@ -193,9 +193,9 @@ def _numpy_walk(rows, roots, feature, threshold, left, right, leaf_value):
 def _walk_loop(rows, roots, feature, threshold, left, right, leaf_value):
     """The sum over trees of the leaf each row reaches, one (row, tree) at a
     time: a walk is a chain of dependent loads, which numpy can only batch,
-    and this loop compiled runs 6x faster than _numpy_walk (23 against 150
-    ns a tree and row, 2,000 trees over 5,000 kernels' rows, README
-    "Speed"). Tree by tree over the rows, so that one tree's nodes stay in
+    and this loop compiled runs 4x to 6x as fast as _numpy_walk (35.6
+    against 202 ns a tree and row, 1,993 trees over 4,923 kernels' rows:
+    benchmarks/bench_trees.py, README "Speed"). Tree by tree over the rows, so that one tree's nodes stay in
     cache; a float32 value against a float64 threshold compares as in
     numpy and LightGBM."""
     n = rows.shape[0]
