@@ -243,7 +243,9 @@ def test_kernel_feature_names():
                                "matmul_k", "matmul_m_align", "matmul_n_align",
                                "matmul_k_align", "matmul_lhs_k_minor", "matmul_rhs_k_minor",
                                "relayout_bytes", "output_minor_dim", "output_minor_align",
-                               "indexed_slices", "touched_bytes")
+                               "indexed_slices", "touched_bytes", "relayout_stride",
+                               "relayout_stride_align", "reduce_bytes",
+                               "reduce_kept_minor_bytes", "reduce_kept_minor_align")
 
 
 def matmul(c):
@@ -403,6 +405,80 @@ ENTRY e {
     assert fused["relayout_bytes"] == 64 * 32 * 4
     # a broadcast or a reduce changes dims, not layout: not counted
     assert cost(FUSION)["relayout_bytes"] == 0
+
+
+def test_relayout_stride_is_the_jump_of_the_copys_inner_loop():
+    # ssm_m_train's slow transposes: f32[16,256,128] to [128,16,256] by a
+    # copy whose result's minor dim (256) steps 128 floats through its operand
+    ssm = cost("""HloModule t
+fc {
+  p = f32[16,256,128]{2,1,0} parameter(0)
+  t = f32[128,16,256]{0,2,1} transpose(p), dimensions={2,0,1}
+  ROOT c = f32[128,16,256]{2,1,0} copy(t)
+}
+ENTRY e {
+  x = f32[16,256,128]{2,1,0} parameter(0)
+  ROOT f = f32[128,16,256]{2,1,0} fusion(x), kind=kLoop, calls=fc
+}
+""")
+    assert ssm["relayout_stride"] == 128 * 4 and ssm["relayout_stride_align"] == 9
+    # bf16 and a stride off a power of two: 48 elements of 2 bytes
+    odd = cost("""HloModule a
+ENTRY e {
+  x = bf16[8,512,48]{1,2,0} parameter(0)
+  ROOT c = bf16[8,512,48]{2,1,0} copy(x)
+}
+""")
+    assert odd["relayout_stride"] == 512 * 2 and odd["relayout_stride_align"] == 10
+    # of two relayouts, the larger one's; none: 0
+    two = cost("""HloModule a
+ENTRY e {
+  x = f32[64,32]{0,1} parameter(0)
+  y = f32[4,1000]{0,1} parameter(1)
+  a = f32[64,32]{1,0} copy(x)
+  b = f32[4,1000]{1,0} copy(y)
+  ROOT t = (f32[64,32]{1,0}, f32[4,1000]{1,0}) tuple(a, b)
+}
+""")
+    assert two["relayout_stride"] == 4 * 4
+    assert cost(FUSION)["relayout_stride"] == 0 and cost(FUSION)["relayout_stride_align"] == 0
+    assert alignment(1 << 20, 14) == 14 and alignment(1 << 20) == 7
+
+
+def test_reduce_shape_tells_column_from_row_reductions():
+    def reduce(shape, dims):
+        kept = ",".join(d for i, d in enumerate(shape.split(",")) if i not in dims)
+        layout = ",".join(str(i) for i in reversed(range(kept.count(",") + 1)))
+        return cost(f"""HloModule r
+add {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}}
+ENTRY e {{
+  x = f32[{shape}]{{3,2,1,0}} parameter(0)
+  z = f32[] constant(0)
+  ROOT r = f32[{kept}]{{{layout}}} reduce(x, z), dimensions={{{",".join(map(str, dims))}}}, to_apply=add
+}}
+""")
+    # densenet's batch-norm sums: the minor dim (72 channels) kept
+    col = reduce("16,32,32,72", [0, 1, 2])
+    assert col["reduce_bytes"] == 16 * 32 * 32 * 72 * 4
+    assert col["reduce_kept_minor_bytes"] == 72 * 4 and col["reduce_kept_minor_align"] == 5
+    # 64 kept: the slow one of the same bytes
+    assert reduce("16,32,32,64", [0, 1, 2])["reduce_kept_minor_align"] == 8
+    # a row reduction: bytes, nothing kept minor
+    row = reduce("16,32,32,72", [3])
+    assert row["reduce_bytes"] == 16 * 32 * 32 * 72 * 4 and row["reduce_kept_minor_bytes"] == 0
+    assert row["reduce_kept_minor_align"] == 0
+    # no reduce at all (a reduce-window is not one)
+    none = cost("""HloModule a
+ENTRY e {
+  x = f32[8,8]{1,0} parameter(0)
+  ROOT a = f32[8,8]{1,0} add(x, x)
+}
+""")
+    assert (none["reduce_bytes"], none["reduce_kept_minor_bytes"]) == (0, 0)
 
 
 def test_output_minor_dim_follows_the_physical_layout():

@@ -45,7 +45,7 @@ def cli(inputs, output, skip_bad, quiet):
                                     point from user to operand); one row per
                                     distinct operand, and one from a caller
                                     to each called computation's root
-      kernel_feat  float32 (19)     flops, transcendentals, bytes_read,
+      kernel_feat  float32 (24)     flops, transcendentals, bytes_read,
                                     bytes_written, output_bytes,
                                     matmul_batch, matmul_m, matmul_n,
                                     matmul_k, matmul_m_align,
@@ -53,7 +53,10 @@ def cli(inputs, output, skip_bad, quiet):
                                     matmul_lhs_k_minor, matmul_rhs_k_minor,
                                     relayout_bytes, output_minor_dim,
                                     output_minor_align, indexed_slices,
-                                    touched_bytes
+                                    touched_bytes, relayout_stride,
+                                    relayout_stride_align, reduce_bytes,
+                                    reduce_kept_minor_bytes,
+                                    reduce_kept_minor_align
       config_feat  float32 (24)     tile config: kernel_bounds, output_bounds,
                                     input_bounds, each 6 entries + sum +
                                     product (zeros without a "config" field)
@@ -122,6 +125,17 @@ def cli(inputs, output, skip_bad, quiet):
     reduces; all of a dot's or convolution's operands): a fusion that
     slices every second row of a parameter, then every second of those,
     reads a quarter of it, where bytes_read, as XLA counts it, is all.
+    relayout_stride: the bytes between two elements of the operand read in
+    another layout (the largest) that are neighbours in the result's
+    minor-most dimension, how far the copy's inner loop jumps; and its
+    alignment, log2 of the largest power of two dividing it, at most 14
+    (in the corpus a relayout at a power-of-two stride of 1 to 4 KiB runs
+    about 1.9x slower a byte than at strides off it). reduce_bytes: the
+    operand bytes of the kernel's largest reduce; reduce_kept_minor_bytes:
+    the bytes of that operand's minor-most dimension when the reduce keeps
+    it (a column reduction; 0 for a row reduction), and its alignment, at
+    most 14: XLA:CPU sums 32 or 64 kept floats 3x to 6x slower a byte than
+    48 or 72 once the operand outgrows the cache.
     Kernel features are only appended: a model reads the first ones, as
     many as it was trained with.
 

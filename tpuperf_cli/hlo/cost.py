@@ -331,7 +331,12 @@ def relayout_bytes(module: Module, comp) -> int:
     layout differs from the result's): a transposition in memory, which
     runs up to 10x slower than the same op without one. In comp and the
     computations its fusions run."""
-    total = 0
+    return sum(operand.byte_size() for operand, _ in _relayout_pairs(module, comp))
+
+
+def _relayout_pairs(module: Module, comp):
+    """(operand shape, result shape) of each elementwise op or copy of the
+    kernel that reads an operand of its dims in another physical layout."""
     for c, ins in _kernel_instructions(module, comp):
         if (ins.opcode not in ELEMENTWISE and ins.opcode != "copy") or not ins.shape.is_array:
             continue
@@ -340,8 +345,53 @@ def relayout_bytes(module: Module, comp) -> int:
             shape = operand.shape if operand is not None else None
             if (shape is not None and shape.is_array and shape.dims == ins.shape.dims
                     and shape.layout != ins.shape.layout):
-                total += shape.byte_size()
-    return total
+                yield shape, ins.shape
+
+
+def relayout_stride(module: Module, comp) -> int:
+    """Bytes between two elements of the operand read in another layout
+    (the largest, as relayout_bytes counts them) that are neighbours in the
+    result's minor-most dim: how far each step of the copy's inner loop
+    jumps; 0 without one. In the corpus a relayout whose stride is a power
+    of two from 1 to 4 KiB runs about 1.9x slower a byte than one of a
+    stride just off it (cache sets: the jumps land in a few of them)."""
+    best = None
+    for operand, result in _relayout_pairs(module, comp):
+        if best is None or operand.byte_size() > best[0].byte_size():
+            best = (operand, result)
+    if best is None:
+        return 0
+    operand, result = best
+    order = list(operand.layout)
+    if not order or not result.layout:
+        return 0
+    inner = order[:order.index(result.layout[0])]
+    elements = math.prod(operand.dims) or 1
+    return math.prod(operand.dims[d] for d in inner) * (operand.byte_size() // elements)
+
+
+def reduce_shape(module: Module, comp) -> tuple[int, int]:
+    """(bytes of the operand, bytes of its kept minor-most dim) of the
+    kernel's largest reduce; (0, 0) without one, and (bytes, 0) for a
+    reduce over the operand's minor-most dim (a row reduction). XLA:CPU
+    runs a column reduction (the minor dim kept) of the same bytes 3x to 6x
+    slower with 32 or 64 floats kept than with 48 or 72 once the operand
+    outgrows the cache, which neither the bytes nor node features say."""
+    best = (0, 0)
+    for c, ins in _kernel_instructions(module, comp):
+        if ins.opcode != "reduce" or not ins.operands:
+            continue
+        operand = c.by_name.get(ins.operands[0])
+        if operand is None or not operand.shape.is_array or not operand.shape.dims:
+            continue
+        shape = operand.shape
+        if shape.byte_size() <= best[0]:
+            continue
+        reduced = set(attrs.int_list(ins.attrs.get("dimensions", "{}")))
+        minor = shape.layout[0]
+        kept = 0 if minor in reduced else shape.dims[minor] * (shape.byte_size() // (math.prod(shape.dims) or 1))
+        best = (shape.byte_size(), kept)
+    return best
 
 
 def output_minor_dim(shape) -> int:
@@ -385,15 +435,17 @@ def indexed_slices(module: Module, comp) -> int:
 
 # the alignment features stop at 128 (2^7), a TPU's lane width
 MAX_ALIGN_LOG2 = 7
+# those of strides in bytes at 16 KiB (2^14), past a cache way's 4 KiB
+MAX_STRIDE_ALIGN_LOG2 = 14
 
 
-def alignment(size: int) -> int:
-    """log2 of the largest power of two dividing size, at most
-    MAX_ALIGN_LOG2; 0 for 0 (no matmul) and odd sizes."""
+def alignment(size: int, cap: int = MAX_ALIGN_LOG2) -> int:
+    """log2 of the largest power of two dividing size, at most cap
+    (MAX_ALIGN_LOG2); 0 for 0 (no matmul) and odd sizes."""
     size = int(size)
     if size <= 0:
         return 0
-    return min(MAX_ALIGN_LOG2, (size & -size).bit_length() - 1)
+    return min(cap, (size & -size).bit_length() - 1)
 
 
 def _largest_matmul(an, comp):
@@ -691,7 +743,8 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     "matmul_k", "matmul_m_align", "matmul_n_align", "matmul_k_align",
     "matmul_lhs_k_minor", "matmul_rhs_k_minor", "relayout_bytes",
     "output_minor_dim", "output_minor_align", "indexed_slices",
-    "touched_bytes"} (ints,
+    "touched_bytes", "relayout_stride", "relayout_stride_align",
+    "reduce_bytes", "reduce_kept_minor_bytes", "reduce_kept_minor_align"} (ints,
     floats for the halves of triangular-solve and cholesky). flops and
     transcendentals are summed over every instruction of the ENTRY
     computation (parameters cost nothing), as XLA's
@@ -702,7 +755,10 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     matmul_*_k_minor its matmul_layout; relayout_bytes as relayout_bytes()
     counts them; output_minor_dim that of the ENTRY root's result, and
     output_minor_align its alignment(); indexed_slices as indexed_slices()
-    counts them; touched_bytes as touched_bytes() counts them.
+    counts them; touched_bytes as touched_bytes() counts them;
+    relayout_stride as relayout_stride(), reduce_bytes and
+    reduce_kept_minor_bytes as reduce_shape(), and the *_align ones their
+    alignment() up to MAX_STRIDE_ALIGN_LOG2.
     Raises CostError for a module it cannot cost.
     """
     an = _Analysis(module)
@@ -727,11 +783,15 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     aligned = [alignment(x) for x in matmul[1:4]]
     relayout = relayout_bytes(module, comp)
     minor = output_minor_dim(root.shape)
+    stride = relayout_stride(module, comp)
+    reduced, kept = reduce_shape(module, comp)
     return dict(zip(KERNEL_FEATURES, (flops, trans, read, written, root.shape.byte_size(),
                                       *matmul[:4], *aligned, *matmul[4:], relayout,
                                       minor, alignment(minor),
                                       indexed_slices(module, comp),
-                                      touched_bytes(module, comp, an))))
+                                      touched_bytes(module, comp, an),
+                                      stride, alignment(stride, MAX_STRIDE_ALIGN_LOG2),
+                                      reduced, kept, alignment(kept, MAX_STRIDE_ALIGN_LOG2))))
 
 
 def computation_cost(module: Module, name: str) -> tuple[int | float, int | float]:
