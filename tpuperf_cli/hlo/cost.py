@@ -374,9 +374,10 @@ def reduce_shape(module: Module, comp) -> tuple[int, int]:
     """(bytes of the operand, bytes of its kept minor-most dim) of the
     kernel's largest reduce; (0, 0) without one, and (bytes, 0) for a
     reduce over the operand's minor-most dim (a row reduction). XLA:CPU
-    runs a column reduction (the minor dim kept) of the same bytes 3x to 6x
-    slower with 32 or 64 floats kept than with 48 or 72 once the operand
-    outgrows the cache, which neither the bytes nor node features say."""
+    runs a column reduction (the minor dim kept) of about the same bytes 2x
+    slower with 32 or 64 floats kept than with 48 to 72 at 0.1 to 1 MB,
+    and 3.6x to 6.2x at 3 to 5 MB, which neither the bytes nor the node
+    features say."""
     best = (0, 0)
     for c, ins in _kernel_instructions(module, comp):
         if ins.opcode != "reduce" or not ins.operands:
