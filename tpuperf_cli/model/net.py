@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
 import dgl  # noqa: E402
-import dgl.function as fn  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional  # noqa: E402
@@ -60,7 +59,9 @@ class SageLayer(nn.Module):
         super().__init__()
         h = cfg.hidden
         self.directed = cfg.directed
-        self.reducer = fn.mean if cfg.aggregate == "mean" else fn.sum
+        # dgl.ops' fused copy-and-reduce: what update_all(copy_u, mean) calls,
+        # without its per-call frame handling (a quarter of a layer's time)
+        self.reducer = dgl.ops.copy_u_mean if cfg.aggregate == "mean" else dgl.ops.copy_u_sum
         self.f2_in = nn.Linear(h, h)
         self.f2_out = nn.Linear(h, h) if cfg.directed else self.f2_in
         self.f3 = nn.Linear(3 * h, h)
@@ -68,10 +69,7 @@ class SageLayer(nn.Module):
         self.residual = cfg.residual
 
     def _aggregate(self, g, h, f2):
-        with g.local_scope():
-            g.srcdata["m"] = functional.relu(f2(h))
-            g.update_all(fn.copy_u("m", "msg"), self.reducer("msg", "a"))
-            return g.dstdata["a"]
+        return self.reducer(g, functional.relu(f2(h)))
 
     def forward(self, g_in, g_out, h):
         a_in = self._aggregate(g_in, h, self.f2_in)      # (N, H) from operands
