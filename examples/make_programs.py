@@ -158,6 +158,16 @@ def xent(logits, labels):
     return -jnp.mean(jnp.take_along_axis(logp, labels[:, None], axis=-1))
 
 
+def classifier(forward, params, x, mode):
+    """A classifier's program: its forward pass ("fwd"), or an SGD step on
+    the cross-entropy of integer labels, one a row of x."""
+    _, jnp = _jax()
+    if mode == "fwd":
+        return forward, (params, x)
+    y = sds((x.shape[0],), jnp.int32)
+    return train_step(lambda p, x, y: xent(forward(p, x), y)), (params, x, y)
+
+
 def layernorm(x, g, b, eps=1e-5):
     _, jnp = _jax()
     m = jnp.mean(x, axis=-1, keepdims=True)
@@ -307,11 +317,7 @@ def resnet(hw, ch, blocks, batch, dtype, mode, classes=10, stages=3):
         x = jnp.mean(x, axis=(1, 2))
         return x @ p["dense"]["w"] + p["dense"]["b"]
 
-    x = sds((batch, hw, hw, 3), d)
-    if mode == "fwd":
-        return forward, (params, x)
-    y = sds((batch,), jnp.int32)
-    return train_step(lambda p, x, y: xent(forward(p, x), y)), (params, x, y)
+    return classifier(forward, params, sds((batch, hw, hw, 3), d), mode)
 
 
 def sepconv(hw, chans, batch, dtype, mode, classes=10):
@@ -335,11 +341,7 @@ def sepconv(hw, chans, batch, dtype, mode, classes=10):
         x = jnp.mean(x, axis=(1, 2))
         return x @ p["dense"]["w"] + p["dense"]["b"]
 
-    x = sds((batch, hw, hw, 3), d)
-    if mode == "fwd":
-        return forward, (params, x)
-    y = sds((batch,), jnp.int32)
-    return train_step(lambda p, x, y: xent(forward(p, x), y)), (params, x, y)
+    return classifier(forward, params, sds((batch, hw, hw, 3), d), mode)
 
 
 def _mha(p, x, heads, causal=False):
@@ -556,11 +558,7 @@ def bnmlp(widths, batch, dtype, mode):
             x = x + jax.nn.relu(batchnorm(x @ l["w"], l["g"], l["b"], (0,)))
         return x @ p["out"]
 
-    x = sds((batch, widths[0]), d)
-    if mode == "fwd":
-        return forward, (params, x)
-    y = sds((batch,), jnp.int32)
-    return train_step(lambda p, x, y: xent(forward(p, x), y)), (params, x, y)
+    return classifier(forward, params, sds((batch, widths[0]), d), mode)
 
 
 def densenet(hw, growth, layers, blocks, batch, dtype, mode, classes=10):
@@ -597,11 +595,7 @@ def densenet(hw, growth, layers, blocks, batch, dtype, mode, classes=10):
         x = jnp.mean(jax.nn.relu(batchnorm(x, p["g"], p["b"], axes)), axis=(1, 2))
         return x @ p["dense"]["w"] + p["dense"]["b"]
 
-    x = sds((batch, hw, hw, 3), d)
-    if mode == "fwd":
-        return forward, (params, x)
-    y = sds((batch,), jnp.int32)
-    return train_step(lambda p, x, y: xent(forward(p, x), y)), (params, x, y)
+    return classifier(forward, params, sds((batch, hw, hw, 3), d), mode)
 
 
 def unet(hw, ch, depth, batch, dtype, mode, classes=4):
@@ -691,11 +685,7 @@ def inception(hw, ch, modules, batch, dtype, mode, classes=10):
         x = jnp.mean(x, axis=(1, 2))
         return x @ p["dense"]["w"] + p["dense"]["b"]
 
-    x = sds((batch, hw, hw, 3), d)
-    if mode == "fwd":
-        return forward, (params, x)
-    y = sds((batch,), jnp.int32)
-    return train_step(lambda p, x, y: xent(forward(p, x), y)), (params, x, y)
+    return classifier(forward, params, sds((batch, hw, hw, 3), d), mode)
 
 
 def gnn(nodes, edges, widths, dtype, mode, classes=8):
@@ -795,11 +785,7 @@ def vit(hw, patch, dm, heads, layers, batch, dtype, mode, classes=10):
         x = jnp.concatenate([jnp.broadcast_to(p["cls"], (batch, 1, dm)), x], axis=1) + p["pos"]
         return enc_fn(p["enc"], x)[:, 0] @ p["head"]
 
-    x = sds((batch, hw, hw, 3), d)
-    if mode == "fwd":
-        return forward, (params, x)
-    y = sds((batch,), jnp.int32)
-    return train_step(lambda p, x, y: xent(forward(p, x), y)), (params, x, y)
+    return classifier(forward, params, sds((batch, hw, hw, 3), d), mode)
 
 
 def wavenet(seq, ch, dilations, batch, dtype, mode, classes=64):
@@ -873,11 +859,7 @@ def mbconv(hw, stages, batch, dtype, mode, classes=10):
         x = jnp.mean(x, axis=(1, 2))
         return x @ p["dense"]["w"] + p["dense"]["b"]
 
-    x = sds((batch, hw, hw, 3), d)
-    if mode == "fwd":
-        return forward, (params, x)
-    y = sds((batch,), jnp.int32)
-    return train_step(lambda p, x, y: xent(forward(p, x), y)), (params, x, y)
+    return classifier(forward, params, sds((batch, hw, hw, 3), d), mode)
 
 
 def convnext(hw, dims, batch, dtype, mode, classes=10):
@@ -912,26 +894,12 @@ def convnext(hw, dims, batch, dtype, mode, classes=10):
         x = layernorm(jnp.mean(x, axis=(1, 2)), p["g"], p["b"])
         return x @ p["head"]
 
-    x = sds((batch, hw, hw, 3), d)
-    if mode == "fwd":
-        return forward, (params, x)
-    y = sds((batch,), jnp.int32)
-    return train_step(lambda p, x, y: xent(forward(p, x), y)), (params, x, y)
+    return classifier(forward, params, sds((batch, hw, hw, 3), d), mode)
 
 
 # Families added on 2026-11-27, after the splits were drawn: they train in
 # both splits (LATE_FAMILIES below), so that the splits' validation and test
 # programs stay what every figure before was measured on.
-
-
-def classifier(forward, params, x, mode):
-    """A classifier's program: its forward pass ("fwd"), or an SGD step on
-    the cross-entropy of integer labels, one a row of x."""
-    _, jnp = _jax()
-    if mode == "fwd":
-        return forward, (params, x)
-    y = sds((x.shape[0],), jnp.int32)
-    return train_step(lambda p, x, y: xent(forward(p, x), y)), (params, x, y)
 
 
 def mixer(hw, patch, dm, tok_hid, ch_hid, layers, batch, dtype, mode, classes=10):
