@@ -544,7 +544,7 @@ def normheavy(seq, dm, batch, dtype, mode, reps=3):
 def bnmlp(widths, batch, dtype, mode):
     """Dense net with batch norm (training statistics) and dropout-free
     residual connections: a batch-norm training step."""
-    jax, jnp = _jax()
+    jax, _ = _jax()
     d = dt(dtype)
     w = widths[1]
     params = {"inp": sds((widths[0], w), d),
