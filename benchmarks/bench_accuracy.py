@@ -17,6 +17,11 @@ own uncertainty, a floor no model's MAPE can be judged below.
     .venv/bin/python benchmarks/bench_accuracy.py                  # bundled model, random split
     .venv/bin/python benchmarks/bench_accuracy.py --model m.pt --split examples/splits/manual.json
     .venv/bin/python benchmarks/bench_accuracy.py --breakdown      # where the error is
+    .venv/bin/python benchmarks/bench_accuracy.py --no-known       # the network alone
+
+A kernel the model file knows (model.known: its training data measured it)
+is predicted at that runtime, as predict does; --no-known scores the
+network on every kernel.
 
 --breakdown adds where the model's error lies, over every test kernel (the
 floor included): kernels grouped by measured size (decades of runtime), by
@@ -124,6 +129,9 @@ def main():
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--breakdown", action="store_true",
                     help="also print the error by kernel size, kind and family")
+    ap.add_argument("--no-known", action="store_true",
+                    help="the network alone: no kernel at the runtime the model file knows "
+                         "(predict --no-known)")
     args = ap.parse_args()
 
     split = json.load(open(args.split))
@@ -134,10 +142,14 @@ def main():
 
     t = time.time()
     model = load_model(args.model)
+    if args.no_known:
+        model.known = None
     from tpuperf_cli.model.examples import example
 
     pred = model.predict_examples([example(r, i) for i, r in enumerate(test, 1)])
     t_model = time.time() - t
+    table = model.known or {}
+    known = sum(r["runtime_ns"] >= min_ns and r.get("fingerprint") in table for r in test)
 
     base, fitted_on = fit_baseline(args.corpus, split)
     bpred = np.asarray([base.predict_record(r) for r in test])
@@ -151,7 +163,8 @@ def main():
         print(json.dumps({"model": model.name, "split": os.path.basename(args.split), "set": args.set,
                           "model_rows": rows_m, "baseline_rows": rows_b,
                           "model_median": med_m, "model_mean": mean_m,
-                          "baseline_median": med_b, "baseline_mean": mean_b}, indent=1))
+                          "baseline_median": med_b, "baseline_mean": mean_b,
+                          "known_kernels": known}, indent=1))
         return
     tgt = model.target or {}
     print(f"model {model.name} (trained on {tgt.get('platform')}/{tgt.get('chip')}, "
@@ -175,6 +188,12 @@ def main():
     print(f"{'median':24s} {'':7s} {med_m['noise']:5.1f}% | {fmt(med_m)} | {fmt(med_b)}")
     print(f"{'mean':24s} {'':7s} {mean_m['noise']:5.1f}% | {fmt(mean_m)} | {fmt(mean_b)}")
     print(f"(model predicted {len(test)} kernels in {t_model:.2f}s including loading)")
+    if known:
+        print(f"(known: {known} of {sum(r['runtime_ns'] >= min_ns for r in test)} kernels >= "
+              f"{args.min_us:g} us are kernels the model's training data measured, predicted at "
+              f"that runtime; the corpus measured each distinct kernel once, so their labels are "
+              f"the same measurements: a second timing differs by the noise floor. --no-known: "
+              f"the network alone)")
     if args.breakdown:
         breakdown(test, pred, bpred)
 

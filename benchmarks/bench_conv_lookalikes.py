@@ -113,6 +113,7 @@ def main():
         from tpuperf_cli.model.predict import load_model
 
         model = load_model(args.model)
+        model.known = None      # the network's fit: the look-alikes are kernels it trained on
         both = progs + gen
         pred = model.predict_examples([example(r, i) for i, (r, _) in enumerate(both, 1)])
         ratio = {id(r): p / r["runtime_ns"] for (r, _), p in zip(both, pred)}

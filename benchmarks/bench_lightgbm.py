@@ -167,6 +167,7 @@ def main():
     from tpuperf_cli.model.predict import load_model
 
     model = load_model(args.model)
+    model.known = None      # the network against the trees, each on what it learnt
     if args.kernel_features is None:
         args.kernel_features = model.scaler.kernel_features
     splits = args.split or [os.path.join(ROOT, "examples/splits", s) for s in ("random.json", "manual.json")]

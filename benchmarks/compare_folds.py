@@ -154,7 +154,9 @@ def main():
         if name == "lightgbm":
             return lightgbm_predictions(folds[i], valid[i], examples[i], args)
         print(f"compare_folds: {name}: fold {i}: {model}", file=sys.stderr)
-        return np.asarray(load_model(model).predict_examples(examples[i]), dtype=np.float64)
+        m = load_model(model)
+        m.known = None      # the network's estimates: a recipe is chosen by what it learnt
+        return np.asarray(m.predict_examples(examples[i]), dtype=np.float64)
 
     if args.lightgbm:
         candidates.append(("lightgbm", [None] * len(folds)))

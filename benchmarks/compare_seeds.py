@@ -99,7 +99,9 @@ def main():
         preds, runs = [], []
         for path in paths:
             print(f"compare_seeds: {name}: {path}", file=sys.stderr)
-            preds.append(np.asarray(load_model(path).predict_examples(examples), dtype=np.float64))
+            model = load_model(path)
+            model.known = None      # the network's estimates: a recipe is chosen by what it learnt
+            preds.append(np.asarray(model.predict_examples(examples), dtype=np.float64))
             runs.append(figures(records, preds[-1], min_ns, kind_idx))
         joined = figures(records, np.exp(np.mean(np.log(preds), axis=0)), min_ns, kind_idx)
         out[name] = {"models": paths, "runs": runs, "joined": joined}

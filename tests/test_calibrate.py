@@ -63,6 +63,31 @@ def test_writes_a_model_for_this_machine(calibrated):
     assert info["kernels"] >= 2
 
 
+def test_the_calibrated_model_knows_the_kernels_it_fitted_at_their_timings_here(calibrated):
+    """Its known kernels (model.known) are what calibrate timed and fitted,
+    at the cache's runtimes for this machine: none of the base's (its own
+    machine's labels of the whole corpus), none held out."""
+    import sqlite3
+
+    from tpuperf_cli.model.predict import load_model
+
+    model = load_model(str(next((calibrated["tmp"] / "data" / "tpuperf" / "models").glob("*.pt"))))
+    info = model.meta["trained"]["calibrated"]
+    assert model.known and len(model.known) == info["known_kernels"] <= info["kernels"]
+    db = sqlite3.connect(calibrated["tmp"] / "cache" / "measurements.sqlite3")
+    timed = {}
+    for fp, ns in db.execute("SELECT fingerprint, runtime_ns FROM measurement"):
+        timed.setdefault(fp, []).append(ns)
+    for fp, ns in model.known.items():
+        assert ns in timed[fp]
+    assert len(timed) >= len(model.known) + min(1, info["held_out_kernels"])
+    held = {r["fingerprint"] for name in info["held_out_programs"]
+            for r in read_records(str(calibrated["corpus"] / f"{name}.zst"))}
+    fitted = {r["fingerprint"] for p in calibrated["corpus"].glob("*.zst")
+              if p.stem not in info["held_out_programs"] for r in read_records(str(p))}
+    assert not set(model.known) & (held - fitted)
+
+
 def test_prints_held_out_figures_before_and_after(calibrated):
     out = calibrated["first"].stdout.decode()
     assert "held out:" in out
@@ -509,6 +534,7 @@ def test_the_default_cpu_base_is_the_bundled_model_and_two_more_seeds():
 
     seeds = load_model(default_base("cpu")[0], engine="dgl")
     bundled = load_model(default_model_path(), engine="dgl")
+    seeds.known = bundled.known = None      # their networks, not the kernels both know
     assert len(seeds.net.members) == 3
     records = [r for r in read_records(str(GRAPHS / "mlp_s_train.zst")) if r.get("runtime_ns")]
     examples = [example(r, i, "measured") for i, r in enumerate(records[:30], 1)]

@@ -425,3 +425,113 @@ def test_a_model_reading_fewer_kernel_features_leaves_the_callers_examples_whole
     cut = [ex.cut(16) for ex in examples]
     assert all(c.kernel_feat.size == 16 and c.program == ex.program for c, ex in zip(cut, examples))
     np.testing.assert_array_equal(model.predict_examples(cut), pred)
+
+
+# ---------------------------------------------------------------- known kernels
+
+def hashed(records, salt=""):
+    """The records with real (32 hex digit) fingerprints, as hlo-split writes them."""
+    import hashlib
+
+    for r in records:
+        r["fingerprint"] = hashlib.blake2b(f"{salt}{r['fingerprint']}".encode(),
+                                           digest_size=16).hexdigest()
+    return records
+
+
+@pytest.fixture(scope="module")
+def knowing(tmp_path_factory):
+    """A model trained on records with real fingerprints: two programs to
+    train on, one to validate (the split), a kernel measured twice."""
+    import json
+
+    d = tmp_path_factory.mktemp("known")
+    recs = hashed(synthetic_records(n_programs=3, kernels=12, seed=21, target=CPU))
+    twice = dict(recs[0], program="synth1", kernel="again", runtime_ns=recs[0]["runtime_ns"] * 4)
+    write_recs = recs + [twice]
+    with RecordWriter(str(d / "train.zst")) as w:
+        for r in write_recs:
+            w.write(r)
+    (d / "split.json").write_text(json.dumps({"train": ["synth0", "synth1"], "valid": ["synth2"],
+                                              "test": []}))
+    out = d / "k.pt"
+    train([str(d / "train.zst")], out, NetConfig(hidden=16, opcode_dim=8, layers=2),
+          TrainOptions(epochs=2, batch_size=8, lr=1e-2, threads=1), split=str(d / "split.json"),
+          progress=lambda m: None)
+    return {"model": out, "records": recs, "twice": twice}
+
+
+def test_train_stores_the_training_kernels_measured_runtimes(knowing):
+    recs = knowing["records"]
+    m = load_model(str(knowing["model"]))
+    trained = [r for r in recs if r["program"] != "synth2"]
+    assert set(m.known) == {r["fingerprint"] for r in trained}     # not the validation program's
+    for r in trained[1:]:
+        assert m.known[r["fingerprint"]] == pytest.approx(r["runtime_ns"], rel=1e-12)
+    # measured twice (4x apart): the geometric mean
+    assert m.known[recs[0]["fingerprint"]] == pytest.approx(recs[0]["runtime_ns"] * 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("engine", ["numpy", "dgl"])
+def test_known_kernels_are_predicted_at_their_runtime_and_others_by_the_network(knowing, engine):
+    recs = knowing["records"]
+    m = load_model(str(knowing["model"]), engine=engine)
+    exs = [example(r) for r in recs]
+    got = m.predict_examples(exs)
+    known = np.array([r["program"] != "synth2" for r in recs])
+    assert m.known_hits == known.sum()
+    network = load_model(str(knowing["model"]), engine=engine)
+    network.known = None
+    alone = network.predict_examples(exs)
+    for r, k, g, a in zip(recs, known, got, alone):
+        assert g == (m.known[r["fingerprint"]] if k else a)
+    assert not np.allclose(got[:5], alone[:5])      # the network does not know them exactly
+    # the records path (predict's) agrees with the examples path: the known
+    # kernels exactly, the network's to float rounding (another batch size)
+    out = np.array([r["pred_ns"] for r in predict_records([dict(r) for r in recs], m, batch_size=5)])
+    np.testing.assert_array_equal(out[known], got[known])
+    np.testing.assert_allclose(out, got, rtol=1e-6)
+
+
+def test_predict_command_says_how_many_kernels_it_knew_and_no_known_turns_it_off(knowing):
+    recs = knowing["records"]
+    res = run(["--model", str(knowing["model"])], stream_bytes(recs))
+    assert res.returncode == 0, res.stderr.decode()
+    assert "24 of 36 kernel(s) at the runtime model" in res.stderr.decode()
+    first = decode(res.stdout)
+    res = run(["--model", str(knowing["model"]), "--no-known"], stream_bytes(recs))
+    assert res.returncode == 0 and res.stderr == b""
+    alone = decode(res.stdout)
+    m = load_model(str(knowing["model"]))
+    for r, a, b in zip(recs, first, alone):
+        if r["fingerprint"] in m.known:
+            assert a["pred_ns"] == m.known[r["fingerprint"]] != b["pred_ns"]
+        else:
+            assert a["pred_ns"] == b["pred_ns"]
+    res = run(["--model", str(knowing["model"]), "--quiet"], stream_bytes(recs))
+    assert res.returncode == 0 and res.stderr == b""
+
+
+def test_a_malformed_known_entry_is_a_clear_error(knowing, tmp_path):
+    from tpuperf_cli.model.predict import read_model_file, save_atomic
+
+    d = read_model_file(str(knowing["model"]))
+    d["known"]["runtime_ns"] = d["known"]["runtime_ns"][:3]
+    save_atomic(d, tmp_path / "bad.pt")
+    for engine in ("numpy", "dgl"):
+        with pytest.raises(TpuperfError, match="bad model file \\(its known kernels"):
+            load_model(str(tmp_path / "bad.pt"), engine=engine)
+    res = run(["--model", str(tmp_path / "bad.pt")], b"")
+    assert res.returncode == 1 and b"its known kernels" in res.stderr and b"Traceback" not in res.stderr
+
+
+def test_records_without_a_real_fingerprint_store_nothing(trained):
+    assert load_model(str(trained)).known is None
+    assert "known" not in torch.load(trained, weights_only=True)
+
+
+def test_the_bundled_models_know_their_training_kernels():
+    m = load_model()
+    assert m.known and len(m.known) > 50_000
+    seeds = load_model(os.path.join(ROOT, "tpuperf_cli", "data", "default-seeds.pt"))
+    assert seeds.known == m.known

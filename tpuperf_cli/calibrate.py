@@ -124,6 +124,7 @@ import numpy as np
 from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.measure.device import BATCH, SAMPLES  # measure's; the deadline is checked between batches
 from tpuperf_cli.model.data import is_generated
+from tpuperf_cli.model.known import Collector, encode
 from tpuperf_cli.records import FINGERPRINT, HLO, ORIGIN, PROGRAM, RUNTIME_NS, TARGET
 
 METHODS = ("scale", "head", "finetune")
@@ -614,7 +615,10 @@ class Fitter:
     """Adapts a base model (a DGL Model from predict.build) to examples."""
 
     def __init__(self, base, log, threads=None):
-        self.base = base
+        # the base's known kernels (model.known) are its own machine's
+        # timings, not runtimes of the machine it is adapted to
+        self.base = copy.copy(base)
+        self.base.known = None
         self.log = log
         self.threads = threads
 
@@ -1220,6 +1224,11 @@ def calibrate(opts: Options, log) -> dict:
         base_path, why = default_base(opts.backend)
         log(f"calibrate: adapting {why} ({base_path})")
     base_fast = load_model(base_path, engine="auto", threads=1)
+    # the base's known kernels are its own machine's timings: they would
+    # pass for its error-free predictions of the corpus (the timing order's
+    # doubt) and for this machine's runtimes; every figure here is the
+    # network's, and the calibrated model knows what was timed here instead
+    base_fast.known = None
     if base_fast.task != "fusion":
         raise TpuperfError(f"model {base_path}: a {base_fast.task}-task model; calibrate adapts "
                            f"fusion-task models (runtimes), not tile rankings")
@@ -1344,6 +1353,7 @@ def calibrate(opts: Options, log) -> dict:
     truth = [e.runtime for e in test]
     groups = [e.program for e in test]
     base = build(read_model_file(base_path), base_path)
+    base.known = None
     before = figures(Fitter.predict(base, test), truth, groups)
     relabel = relabel_inputs(opts, candidates, train_pairs, train, measured, held_programs, log) \
         if "relabel" in methods else None
@@ -1366,6 +1376,11 @@ def calibrate(opts: Options, log) -> dict:
 
     out = opts.out or model_path_for(target, models_dir())
     name = "calibrated-" + os.path.basename(model_path_for(target))[:-3]
+    # the kernels fitted, at their timings here (model.known); the held-out
+    # ones stay out, so that the figures above remain the network's
+    known = Collector()
+    for e in train:
+        known.add(e.fingerprint, e.runtime)
     trained = dict(base_fast.meta.get("trained") or {})
     trained["calibrated"] = {
         "base": base_fast.name, "method": method, "kernels": len(train),
@@ -1374,7 +1389,7 @@ def calibrate(opts: Options, log) -> dict:
                                     for k, v in result["scores"].items()},
         "members": result["members"], "join": opts.join,
         "before": before, "after": after, "after_networks": after_networks,
-        "budget_s": opts.budget_s,
+        "budget_s": opts.budget_s, "known_kernels": len(known),
         "seconds": budget.spent(), "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     if trees:
@@ -1392,6 +1407,9 @@ def calibrate(opts: Options, log) -> dict:
                                    target, {})
             d.update(version=TREES_JOINED_VERSION,
                      trees={"config": part["config"], "state_dict": part["state_dict"]})
+    entry = encode(known.table())
+    if entry is not None:
+        d["known"] = entry
     # written whole even under Ctrl-C: a model file half-replaced helps nobody
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:

@@ -62,6 +62,10 @@ def _unique(labels):
                    "column label is LABEL, else the file name. `default`: the model `tpuperf "
                    "calibrate` wrote for the records' target, else the bundled model (named "
                    "on stderr); `bundled`: the bundled model.")
+@click.option("--no-known", is_flag=True,
+              help="Run each --model's network on every kernel, also those whose runtime the "
+                   "model file knows (measured in its training data, or timed by calibrate), "
+                   "which a model otherwise predicts at that measurement, as predict does.")
 @click.option("--predicted", is_flag=True,
               help="Also evaluate the pred_ns the records already carry (from `predict`).")
 @baseline_option(help="Roofline baseline JSON from `tpuperf baseline fit` (a 'baseline' column).")
@@ -83,7 +87,7 @@ def _unique(labels):
                    "(`tpuperf split`): evaluate the records of its 'test' programs only.")
 @output_option(help="Where to write the tables or JSON: a file, or - for stdout.")
 @quiet_option(help="No notes on stderr (models loaded, records skipped, figure written).")
-def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us, fmt,
+def cli(data, files, models, no_known, predicted, baseline_path, no_baseline, task, min_us, fmt,
         summary, plot_path, batch_size, split_path, output, quiet):
     """Accuracy of performance models on measured kernels, as in the paper.
 
@@ -198,7 +202,8 @@ def cli(data, files, models, predicted, baseline_path, no_baseline, task, min_us
     labels = _unique([lab for lab, _ in specs])
     for label, (_, path) in zip(labels, specs):
         predictions[label] = _run_model(path, d.records, batch_size, note,
-                                        d.records[0].get(TARGET) if d.records else None)
+                                        d.records[0].get(TARGET) if d.records else None,
+                                        known=not no_known)
     if predicted:
         missing = [i + 1 for i, r in enumerate(d.records) if PRED_NS not in r]
         if missing:
@@ -259,12 +264,17 @@ def _baseline(path, records):
     return None
 
 
-def _run_model(path, records, batch_size, note, target=None):
+def _run_model(path, records, batch_size, note, target=None, known=True):
     """Predicted ns for each record from a model file (None: the default
-    model for the records' target), via the model library."""
+    model for the records' target), via the model library; known=False:
+    the network on every kernel (model.known off)."""
     from tpuperf_cli.eval.predictors import model_predictions
 
-    pred, model = model_predictions(path, records, batch_size, target)
+    pred, model = model_predictions(path, records, batch_size, target, known)
     note(f"eval: {model.path}: model {model.name} ({model.task} task, "
          f"{model.kind})" + (f"; {model.chosen}" if model.chosen else ""))
+    if model.known_hits:
+        note(f"eval: {model.known_hits} of {len(records)} kernel(s) at the runtime model "
+             f"{model.name} knows (measured in its data: their error is measurement noise at "
+             f"most; --no-known: the network's estimate)")
     return pred

@@ -38,13 +38,17 @@ from tpuperf_cli.commands.options import (
                    "built, in torch and DGL), or auto: numpy on the CPU for every model "
                    "tpuperf train makes, dgl otherwise (--device cuda, or a file numpy "
                    "cannot read). Both give the same predictions to float32 rounding.")
+@click.option("--no-known", is_flag=True,
+              help="Predict every kernel with the network, also those whose runtime the "
+                   "model file knows (the kernels its training data measured, or that "
+                   "calibrate timed), which predict otherwise gives at that measurement.")
 @click.option("--show-model", is_flag=True,
               help="Print what the model file holds (name, task, target, hyperparameters, "
                    "training data and figures) as JSON and exit.")
 @quiet_option(help="No notes on stderr: neither the default model chosen nor the warnings "
                    "(records measured on another target than the model's; kernels larger "
                    "than a tree model was trained on).")
-def cli(files, model, batch_size, output, device, threads, engine, show_model, quiet):
+def cli(files, model, batch_size, output, device, threads, engine, no_known, show_model, quiet):
     """Predict each kernel's runtime with a trained model.
 
     Reads graph records (from featurize) from the files given (plain or
@@ -73,6 +77,12 @@ def cli(files, model, batch_size, output, device, threads, engine, show_model, q
     records carry a measurement target (from measure) other than the
     model's, predict warns once on stderr.
 
+    A kernel the model file knows (the same fingerprint as a kernel its
+    training data measured, or that calibrate timed: identical kernels,
+    whatever their names) gets that measured runtime, the best estimate
+    of it on the model's machine; predict says on stderr how many did.
+    --no-known predicts them with the network too.
+
     Records are predicted --batch-size at a time, in input order, so
     predict works in a pipe and on large shards alike. A record that is
     not a graph record (e.g. a kernel record from hlo-split: no node
@@ -99,13 +109,15 @@ def cli(files, model, batch_size, output, device, threads, engine, show_model, q
     collecting = gc.isenabled()
     gc.disable()
     try:
-        _predict(files, model, batch_size, output, device, threads, engine, show_model, quiet)
+        _predict(files, model, batch_size, output, device, threads, engine, no_known, show_model,
+                 quiet)
     finally:
         if collecting:
             gc.enable()
 
 
-def _predict(files, model, batch_size, output, device, threads, engine, show_model, quiet):
+def _predict(files, model, batch_size, output, device, threads, engine, no_known, show_model,
+             quiet):
     from tpuperf_cli.model import thread_env
 
     thread_env(threads or None)         # before numpy loads its BLAS
@@ -130,14 +142,22 @@ def _predict(files, model, batch_size, output, device, threads, engine, show_mod
         json.dump(model.describe(), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
         return
+    if no_known:
+        model.known = None
     if not quiet:
         note_model("predict", model)
     if items is None:
         items = read_many(list(files), with_bytes=True)
     warn = (lambda msg: None) if quiet else None
+    records = 0
     with record_writer(output, "score") as out:
         for packed, count in predict_packed(items, model, batch_size, name=_name(files), warn=warn):
             out.write_packed(packed, count)
+            records += count
+    if model.known_hits and not quiet:
+        print(f"predict: {model.known_hits} of {records} kernel(s) at the runtime model "
+              f"{model.name} knows (measured in its data; --no-known: the network's estimate)",
+              file=sys.stderr)
 
 
 def _peek_target(items):

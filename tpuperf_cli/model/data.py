@@ -28,6 +28,7 @@ import numpy as np
 from tpuperf_cli.errors import StreamError, TpuperfError
 from tpuperf_cli.model.dist import owner
 from tpuperf_cli.model.examples import Example, Scaler, example, slog, topological_order, use_kernel_features
+from tpuperf_cli.model.known import Collector
 from tpuperf_cli.records import KERNEL, NODE_FEATURES, PROGRAM, TARGET, locate, measured_runtime, target_identity
 from tpuperf_cli.split import ProgramSet, drawn_from
 from tpuperf_cli.stream import read_records
@@ -183,6 +184,7 @@ class Corpus:
         self.rank, self.world = shard
         self.local = 0             # examples of this rank
         self.kernel_features = None   # kernel features kept of each example (None: all)
+        self.known = {}            # path -> known.Collector of its measured kernels (fusion)
 
     # -------------------------------------------------------- one pass
     def _records(self, path, mine_only=False):
@@ -223,10 +225,13 @@ class Corpus:
         self.kernel_features = kernel_features or (scaler.kernel_features if scaler else None)
         for path in self.paths:
             kept = []
+            known = self.known.setdefault(path, Collector())
             for ex, record, number, name, mine in self._records(path):
                 if ex is None:
                     self.skipped["no runtime_ns (unmeasured or failed)"] += 1
                     continue
+                if self.task == "fusion":
+                    known.add(ex.fingerprint, ex.runtime)
                 if scaler is not None:
                     scaler.update(ex, locate(number, name, record))
                 elif kernel_features is not None and ex.kernel_feat.size != kernel_features:
@@ -259,6 +264,17 @@ class Corpus:
             self.sizes = Counter({p: len(k) for p, k in groups.items()})
         self.cache = cache if keep else None
         return self
+
+    def known_table(self, exclude: Iterable[str] = ()) -> dict[str, float]:
+        """{fingerprint: measured ns} of the scanned records (model.known),
+        the shards in `exclude` left out (a teacher's labels are no
+        measurements)."""
+        out = Collector()
+        skip = set(exclude)
+        for path, collected in self.known.items():
+            if path not in skip:
+                out.merge(collected)
+        return out.table()
 
     @property
     def streaming(self) -> bool:

@@ -28,6 +28,7 @@ from tpuperf_cli.records import (
     CONFIG_FEAT,
     CONFIG_FEATURES,
     EDGE_INDEX,
+    FINGERPRINT,
     GRAPH_ARRAYS,
     HLO,
     KERNEL,
@@ -52,7 +53,7 @@ class Example:
     """One graph record, reduced to the arrays the model reads."""
 
     __slots__ = ("opcode", "node_feat", "edges", "kernel_feat", "config_feat",
-                 "runtime", "program", "kernel", "order", "noise")
+                 "runtime", "program", "kernel", "order", "noise", "fingerprint")
 
     def __init__(self, opcode: np.ndarray, node_feat: np.ndarray, edges: np.ndarray, kernel_feat: np.ndarray,
                  config_feat: np.ndarray, runtime: float = math.nan, program: str = "", kernel: str = ""):
@@ -66,6 +67,7 @@ class Example:
         self.kernel = kernel
         self.order = None      # topological order, computed when a sequence reduction needs it
         self.noise = math.nan  # measure's relative spread of the samples, where it wrote one
+        self.fingerprint = None  # hlo-split's hash of the kernel (model.known looks it up)
 
     def cut(self, kernel_features: int) -> Example:
         """A shallow copy reading only the first kernel_features kernel features."""
@@ -164,6 +166,9 @@ def example(record: Record, number: int | None = None, name: str | None = None) 
     nz = record.get(NOISE)
     if isinstance(nz, (int, float)) and not isinstance(nz, bool) and nz >= 0:
         ex.noise = float(nz)
+    fp = record.get(FINGERPRINT)
+    if type(fp) is str:
+        ex.fingerprint = fp
     return ex
 
 

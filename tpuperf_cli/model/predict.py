@@ -33,11 +33,19 @@ model file cannot run code) holds:
                       before tpuperf recorded the end of training lack
                       best_seconds and stopped, and their epochs and
                       seconds are those of the best epoch.
+    known             (fusion models, optional) the measured runtimes of
+                      kernels: {"fingerprints": uint8 n x 16, "runtime_ns":
+                      float64 n} (model.known); predict gives a kernel of
+                      one of these fingerprints that runtime. `train`
+                      writes its training kernels', calibrate the kernels
+                      it timed and fitted; older files have none, and
+                      older tpuperfs ignore it.
 
 Public API (tpuperf eval, tpuperf select and scripts use these):
 
     model = load_model(path=None, device="cpu", threads=None, engine="auto")   # None: bundled model
     model.predict_examples(examples) -> np.ndarray of ns
+    model.known = None      # the network on every kernel (predict --no-known)
     predict_batch(model, records) -> np.ndarray of ns (one per graph record)
     predict_records(records, model=None, batch_size=512) -> generator of
         the records with pred_ns and model added (model: a Model or a path)
@@ -65,10 +73,21 @@ from tpuperf_cli.model import (
     set_threads,
     thread_env,
 )
+from tpuperf_cli.model import known as known_lib
 from tpuperf_cli.model.data import Batch, make_batch
 from tpuperf_cli.model.examples import Example, Scaler, example, use_kernel_features
 from tpuperf_cli.model.trees import TreeConfig, TreeNet, is_tree_config
-from tpuperf_cli.records import MODEL, NODE_FEATURES, PRED_NS, TARGET, TARGET_KEYS, Record, locate, target_identity
+from tpuperf_cli.records import (
+    FINGERPRINT,
+    MODEL,
+    NODE_FEATURES,
+    PRED_NS,
+    TARGET,
+    TARGET_KEYS,
+    Record,
+    locate,
+    target_identity,
+)
 
 if TYPE_CHECKING:
     from tpuperf_cli.model.infer import NumpyEnsemble, NumpyNet
@@ -99,6 +118,28 @@ class Model:
         self.trees: TreeNet | None = None   # trees joined with the network(s): set_trees
         self._memo = {}            # graph inputs (bytes) -> predicted ns, see predict_parts
         self._memo_bytes = 0
+        # measured runtimes of kernels by fingerprint (model.known), read
+        # from the file's entry when first looked up; a tile model's scores
+        # are not runtimes, so it has none
+        self._known_entry = meta.pop("known", None) if self.task == "fusion" else None
+        self._known = None
+        self.known_hits = 0        # kernels predicted at their known runtime so far
+        if self._known_entry is not None:
+            known_lib.check(self._known_entry, path or self.name)
+
+    @property
+    def known(self) -> dict[str, float] | None:
+        """{fingerprint: measured ns} of the kernels this model's data
+        measured (model.known), None for none; set None to predict every
+        kernel with the network (predict --no-known)."""
+        if self._known_entry is not None:
+            self._known = known_lib.decode(self._known_entry, self.path or self.name)
+            self._known_entry = None
+        return self._known
+
+    @known.setter
+    def known(self, table: dict[str, float] | None) -> None:
+        self._known, self._known_entry = table or None, None
 
     def batch(self, examples: Sequence[Example], groups: np.ndarray | None = None) -> Batch:
         # examples of records featurized after the model are read to its
@@ -189,6 +230,7 @@ class Model:
         for start in range(0, len(examples), batch_size):
             chunk = examples[start:start + batch_size]
             out[start:start + len(chunk)] = self.forward(self.batch(chunk))
+        self.known_hits += known_lib.lookup(self.known, (ex.fingerprint for ex in examples), out)
         return out
 
     def fits(self, ex: Example, where: object, record: Record | None = None) -> str | None:
@@ -815,6 +857,8 @@ def _predicted(items, model, batch_size, name, warn):
         """(predicted ns, StreamError or None) of the pending records; the
         predictions stop before a record that cannot be read."""
         preds, bad = model.predict_parts(parts)
+        model.known_hits += known_lib.lookup(model.known, (r.get(FINGERPRINT) for r in pending[:len(preds)]),
+                                             preds)
         problem = None
         if bad is not None:
             record, number = pending[bad], numbers[bad]

@@ -400,6 +400,7 @@ class TrainingRun:
 
         self.net_cfg, self.scaler, self.opts = net_cfg, scaler, opts
         self.dist = dist or Dist()
+        self.known = None          # the model file's `known` entry (known_entry), written with it
         self.local_batch = self.dist.local_batch(opts.batch_size)
         net_cfg.in_features = scaler.width
         net_cfg.num_opcodes = max(net_cfg.num_opcodes, max(scaler.opcodes, default=0) + 1)
@@ -537,14 +538,28 @@ def _valid_text(v: dict, task: str) -> str:
             + f"{what} {v['mape']:.1f}%  tau {v['tau']:.3f}")
 
 
-def _write_model(d: dict, path, dist: Dist) -> None:
-    """Write a model file (rank 0 only); a data-parallel run's records its processes."""
+def _write_model(d: dict, path, dist: Dist, known: dict | None = None) -> None:
+    """Write a model file (rank 0 only); a data-parallel run's records its
+    processes. known: the file's `known` entry (model.known), if any."""
     from tpuperf_cli.model.predict import save_atomic
 
+    if known is not None:
+        d["known"] = known
     if dist.world > 1:
         d["trained"]["processes"] = dist.world
     if dist.main:
         save_atomic(d, path)
+
+
+def known_entry(train_set: Corpus, opts, teacher_shard: str | None = None) -> dict | None:
+    """The model file's `known` entry: the measured runtimes of the training
+    kernels (model.known), none from a teacher's labels; None for a tile
+    model, whose scores are not runtimes."""
+    from tpuperf_cli.model import known
+
+    if opts.task != "fusion":
+        return None
+    return known.encode(train_set.known_table(exclude=[teacher_shard] if teacher_shard else ()))
 
 
 def trained_info(train_set, data, valid, split, opts, figures, seconds, epochs, best_epoch,
@@ -602,7 +617,7 @@ def _write_tail(run, valid_set, opts, scaler, target, train_set, data, valid, sp
                         tail_average={"epochs": [first, run.epoch], "snapshots": run.tail_n}, **taught)
     d = model_dict(net, scaler, os.path.splitext(os.path.basename(path))[0], opts.task, opts.loss,
                    target, info)
-    _write_model(d, path, dist)
+    _write_model(d, path, dist, run.known)
     progress(f"train: wrote {path} (model {d['name']}: the weights of epochs {first} to "
              f"{run.epoch} averaged; {_valid_text(v, opts.task)})")
 
@@ -687,6 +702,7 @@ def _train(data, out, net, opts, valid, split, resume, keep_state, name, progres
         raise TpuperfError("--tail-average averages the epochs from the best validation epoch "
                            "on: give validation programs (--split or --valid)", exit_code=2)
     run = TrainingRun(net_cfg, scaler, opts, dist)
+    run.known = known_entry(train_set, opts, shards[-1] if opts.teacher_data else None)
     if state is not None:
         resuming.restore(state, run)
         ranks = state.get("rank_rngs")
@@ -728,7 +744,7 @@ def _train(data, out, net, opts, valid, split, resume, keep_state, name, progres
             d = model_dict(run.saved_net, scaler, stem, opts.task, opts.loss, target,
                            trained_info(train_set, data, valid, split, run.opts, figures, seconds,
                                         run.epoch, run.best_epoch, parameters=run.parameters, **taught))
-            _write_model(d, out, dist)
+            _write_model(d, out, dist, run.known)
             run.name_written = d["name"]
         elapsed = dist.max(time.time() - t0 + earlier)     # the slowest rank's: all stop together
         rank_rngs = dist.gather(run.rng.bit_generator.state) if dist.world > 1 else None

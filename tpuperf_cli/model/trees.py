@@ -445,7 +445,7 @@ def train_trees(data: Sequence[str], out: str, opts, tree: TreeOptions, valid: S
 
     from tpuperf_cli.model.data import draw_rates
     from tpuperf_cli.model.predict import Model, save_atomic
-    from tpuperf_cli.model.train import evaluate, load_data, log, trained_info
+    from tpuperf_cli.model.train import evaluate, known_entry, load_data, log, trained_info
 
     progress = progress or log
     opts = opts.check()
@@ -491,6 +491,9 @@ def train_trees(data: Sequence[str], out: str, opts, tree: TreeOptions, valid: S
     trained = trained_info(train_set, data, valid, split, opts, figures, seconds, cfg.trees, cfg.trees,
                            stopped, trees=asdict(tree))
     d = tree_model_dict(cfg, arrays, scaler, stem, train_set.target(), trained)
+    known = known_entry(train_set, opts)
+    if known is not None:
+        d["known"] = known
     save_atomic(d, out)
     shown = (f"; valid MAPE {figures['valid_mape']:.1f}%  tau {figures['valid_tau']:.3f}"
              if figures else "")
