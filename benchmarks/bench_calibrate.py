@@ -6,10 +6,8 @@ The test set: the distinct kernels of the manual split's test programs
 training programs lack; 764 in the checkout's corpus, all of them unless
 --test-kernels says fewer, then stratified by kind and size as calibrate
 orders its own), timed here twice with measure's steady settings: once
-before calibrate (through a cache of their own, bench-test-kernels in
---cache-dir, so that a second run of the benchmark does not time them
-again while calibrate times for itself any corpus kernel that is a test
-kernel too) and once after it (afresh, never cached). The
+before calibrate (through measure's cache, so a second run of the benchmark
+does not time them again) and once after it (afresh, never cached). The
 label of a kernel is the geometric mean of its two timings, and the error
 between them (median over programs of the per-program MAPE of the second
 against the first) is the labels' noise floor, printed beside the models':
@@ -35,10 +33,12 @@ programs of the kernel MAPE (and the kernels' Kendall tau) of
                                        `tpuperf train`, on the whole corpus
                                        measured on this machine)
 
-each as predict runs it: a kernel its model file knows (model.known: the
-calibrated model's are those calibrate timed and fitted here, the base's its
-own machine's) at that runtime, unless --no-known scores the networks
-alone; each beside the same figures on the kernels of at least 5 us (the paper's
+each as predict runs it: a kernel its model file knows (model.known) at
+that runtime, unless --no-known scores the networks alone (calibrate
+leaves out every kernel of a test program, also one another program
+has, so the calibrated model knows none of them; a base trained on
+other programs that share a kernel with them knows their runtime on its
+own machine); each beside the same figures on the kernels of at least 5 us (the paper's
 threshold, and the README's other tables': below it timing noise weighs
 most; --min-us) and the whole-program error (median over test programs of
 |sum of predictions - sum of labels| / sum of labels, each kernel counted
@@ -78,7 +78,6 @@ runtimes): `tpuperf featurize OLD/graphs/P.zst`, shard by shard.
 """
 
 import argparse
-import copy
 import json
 import math
 import os
@@ -92,7 +91,6 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 BIG_NS = 5000.0     # the paper's threshold for the second set of columns
-TEST_CACHE = "bench-test-kernels"   # the test kernels' first timing: a cache beside calibrate's
 sys.path.insert(0, str(ROOT))
 
 
@@ -155,7 +153,7 @@ def main():
     from tpuperf_cli import metrics
     from tpuperf_cli.errors import read_file
     from tpuperf_cli.measure import MeasureSession
-    from tpuperf_cli.measure.cache import Cache, default_cache_dir
+    from tpuperf_cli.measure.cache import Cache
     from tpuperf_cli.measure.parallel import compile_cpu_ids
     from tpuperf_cli.measure.target import same_machine
     from tpuperf_cli.measure.worker import IsolatedMeasurer
@@ -223,10 +221,7 @@ def main():
               "cannot be met here (the figures show calibrate on the corpus's own kind of machine)")
     else:
         print(f"  not the corpus's machine (differs in {', '.join(differs)})")
-    # a cache of their own: calibrate must time for itself any corpus kernel
-    # that is also a test kernel, or the calibrated model would know its
-    # label's first half (model.known) instead of timing it independently
-    cache = Cache(os.path.join(args.cache_dir or default_cache_dir(), TEST_CACHE))
+    cache = Cache(args.cache_dir)
     session = MeasureSession(measurer, cache)
     budget = cal.Budget(args.test_seconds)
     try:
@@ -312,14 +307,6 @@ def main():
     preds["bundled"] = bundled.predict_examples(test_examples())
     calibrated = f"calibrated ({result['method']}{cal.joined_text(result['members'], args.join)})"
     preds[calibrated] = calibrated_model.predict_examples(test_examples())
-    if calibrated_model.known:
-        # the same model without the kernels it timed here: what the
-        # adapted network itself learnt
-        hits = calibrated_model.known_hits
-        alone = copy.copy(calibrated_model)
-        alone.known = None
-        preds[f"  its network(s) alone ({hits} of {len(pairs)} test kernels known)"] = \
-            alone.predict_examples(test_examples())
     for method, model in result["models"].items():
         if method != "base":
             # a joined base's two parts as calibrated: the networks (the
