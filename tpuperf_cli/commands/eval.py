@@ -275,6 +275,5 @@ def _run_model(path, records, batch_size, note, target=None, known=True):
          f"{model.kind})" + (f"; {model.chosen}" if model.chosen else ""))
     if model.known_hits:
         note(f"eval: {model.known_hits} of {len(records)} kernel(s) at the runtime model "
-             f"{model.name} knows (measured in its data: their error is measurement noise at "
-             f"most; --no-known: the network's estimate)")
+             f"{model.name} knows (measured in its data; --no-known: the network's estimate)")
     return pred
