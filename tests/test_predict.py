@@ -535,3 +535,20 @@ def test_the_bundled_models_know_their_training_kernels():
     assert m.known and len(m.known) > 50_000
     seeds = load_model(os.path.join(ROOT, "tpuperf_cli", "data", "default-seeds.pt"))
     assert seeds.known == m.known
+
+
+def test_eval_scores_known_kernels_as_predict_does_and_no_known_scores_the_network(knowing, tmp_path):
+    import json
+
+    from tpuperf_cli.commands.eval import cli
+
+    from conftest import write_stream
+
+    src = write_stream(tmp_path / "m.msgpack", knowing["records"])
+    args = ["-m", str(knowing["model"]), str(src), "--format", "json", "--no-baseline"]
+    got = CliRunner().invoke(cli, args)
+    assert got.exit_code == 0, got.output
+    assert "24 of 36 kernel(s) at the runtime model" in got.stderr
+    alone = CliRunner().invoke(cli, args + ["--no-known"])
+    assert alone.exit_code == 0 and "at the runtime model" not in alone.stderr
+    assert json.loads(got.stdout) != json.loads(alone.stdout)
