@@ -45,4 +45,14 @@ def main(out):
 
 
 if __name__ == "__main__":
+    import faulthandler
+
+    # a rank that hangs prints where, for the test's failure message
+    faulthandler.dump_traceback_later(240, exit=True)
     main(sys.argv[1])
+    # Past the group's close, the interpreter's teardown of torch's gloo and
+    # store threads has hung a finished rank at exit (1 run in about 3 on
+    # 2026-12-04, after its file was written); what this worker checks is done.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
