@@ -85,11 +85,8 @@ def check(entry: object, path: str = "model") -> tuple[np.ndarray, np.ndarray]:
     return fps, ns
 
 
-def decode(entry: object, path: str = "model") -> dict[str, float] | None:
-    """{fingerprint: ns} of a model file's `known` entry; None when there is none."""
-    if entry is None:
-        return None
-    fps, ns = check(entry, path)
+def table_of(fps: np.ndarray, ns: np.ndarray) -> dict[str, float]:
+    """{fingerprint: ns} of a `known` entry's arrays, as check returns them."""
     hexes = fps.tobytes().hex()
     return {hexes[32 * i:32 * i + 32]: float(v) for i, v in enumerate(ns.tolist())}
 

@@ -118,28 +118,27 @@ class Model:
         self.trees: TreeNet | None = None   # trees joined with the network(s): set_trees
         self._memo = {}            # graph inputs (bytes) -> predicted ns, see predict_parts
         self._memo_bytes = 0
-        # measured runtimes of kernels by fingerprint (model.known), read
-        # from the file's entry when first looked up; a tile model's scores
-        # are not runtimes, so it has none
-        self._known_entry = meta.pop("known", None) if self.task == "fusion" else None
+        # measured runtimes of kernels by fingerprint (model.known): the
+        # file's arrays, checked now, made a table when first looked up; a
+        # tile model's scores are not runtimes, so it has none
+        entry = meta.pop("known", None) if self.task == "fusion" else None
+        self._known_arrays = None if entry is None else known_lib.check(entry, path or self.name)
         self._known = None
         self.known_hits = 0        # kernels predicted at their known runtime so far
-        if self._known_entry is not None:
-            known_lib.check(self._known_entry, path or self.name)
 
     @property
     def known(self) -> dict[str, float] | None:
         """{fingerprint: measured ns} of the kernels this model's data
         measured (model.known), None for none; set None to predict every
         kernel with the network (predict --no-known)."""
-        if self._known_entry is not None:
-            self._known = known_lib.decode(self._known_entry, self.path or self.name)
-            self._known_entry = None
+        if self._known_arrays is not None:
+            self._known = known_lib.table_of(*self._known_arrays)
+            self._known_arrays = None
         return self._known
 
     @known.setter
     def known(self, table: dict[str, float] | None) -> None:
-        self._known, self._known_entry = table or None, None
+        self._known, self._known_arrays = table or None, None
 
     def batch(self, examples: Sequence[Example], groups: np.ndarray | None = None) -> Batch:
         # examples of records featurized after the model are read to its
