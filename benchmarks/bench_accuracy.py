@@ -129,6 +129,9 @@ def main():
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--breakdown", action="store_true",
                     help="also print the error by kernel size, kind and family")
+    ap.add_argument("--known-off", type=float, default=4.2,
+                    help="also score the known kernels this many percent off (the noise floor "
+                         "of two timings: 4.2%% on the corpus's machine)")
     ap.add_argument("--no-known", action="store_true",
                     help="the network alone: no kernel at the runtime the model file knows "
                          "(predict --no-known)")
@@ -194,6 +197,21 @@ def main():
               f"that runtime; the corpus measured each distinct kernel once, so their labels are "
               f"the same measurements: a second timing differs by the noise floor. --no-known: "
               f"the network alone)")
+        # what to expect of those kernels timed again: each --known-off
+        # percent too slow (arithmetic on the same predictions, not a timing)
+        is_known = np.array([r.get("fingerprint") in table for r in test])
+        off = pred.copy()
+        off[is_known] *= 1 + args.known_off / 100
+        med_off, _ = metrics.summarize(per_program(test, off, min_ns), fields)
+        print(f"(the known kernels {args.known_off:g}% off, the noise floor: {fmt(med_off)})")
+        # how far the network alone is on the kernels it knows and on the rest
+        model.known = None
+        net = model.predict_examples([example(r, i) for i, r in enumerate(test, 1)])
+        big = np.array([r["runtime_ns"] >= min_ns for r in test])
+        true = np.array([r["runtime_ns"] for r in test])
+        ape = np.abs(net / true - 1) * 100
+        print(f"(the network alone, mean APE of kernels >= {args.min_us:g} us: the known ones "
+              f"{ape[big & is_known].mean():.1f}%, the rest {ape[big & ~is_known].mean():.1f}%)")
     if args.breakdown:
         breakdown(test, pred, bpred)
 
