@@ -764,3 +764,27 @@ def test_relabel_epochs_draw_as_many_relabelled_kernels_as_measured_ones():
                                                        seconds=600, max_epochs=2, extra=extra)
     from_extra = [i for i in seen if i in {id(e) for e in extra}]
     assert len(seen) == 40 and len(from_extra) == 20 and len(set(from_extra)) >= 15
+
+
+def test_an_excluded_programs_shared_kernels_stay_only_when_asked():
+    """exclude_programs leaves out every kernel of those programs, also the
+    ones another program has; with exclude_shared=False only their own
+    records go (as if their shards were not in the corpus), so the kernels
+    they share with other programs stay candidates, owned by those."""
+    from tpuperf_cli.calibrate import load_candidates
+
+    shards = [str(GRAPHS / "mlp_s_train.zst"), str(GRAPHS / "bnmlp_s_train.zst")]
+    fps = {p: {r["fingerprint"] for r in read_records(GRAPHS / f"{p}.zst")}
+           for p in ("mlp_s_train", "bnmlp_s_train")}
+    shared = fps["mlp_s_train"] & fps["bnmlp_s_train"]
+    assert shared                                   # 16 in the committed corpus
+
+    def chosen(**kw):
+        cands = load_candidates(shards, ("mlp_s_train",), **kw)
+        assert all(c.programs == {"bnmlp_s_train"} for c in cands)
+        return {c.record["fingerprint"] for c in cands}
+
+    strict, lenient = chosen(), chosen(exclude_shared=False)
+    assert not strict & fps["mlp_s_train"] and strict <= fps["bnmlp_s_train"]
+    assert lenient - strict == shared and lenient <= fps["bnmlp_s_train"]
+    assert {c.record["fingerprint"] for c in load_candidates(shards)} >= fps["mlp_s_train"] - strict

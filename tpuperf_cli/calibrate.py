@@ -169,6 +169,9 @@ class Options:
     methods: tuple = METHODS
     join: str = "ensemble"            # how the fits are joined: "ensemble" or "average" (JOINS)
     exclude_programs: tuple = ()      # programs none of whose kernels is used (a benchmark's test set)
+    exclude_shared: bool = True       # also their kernels other programs have; False: only the
+                                      # excluded programs' own records go, as if their shards
+                                      # were not in the corpus (what a user's corpus would hold)
     generate: int = 0                 # also this many kernels of `tpuperf generate --source ops`
     seed: int = 0
     threads: int | None = None
@@ -282,9 +285,11 @@ class Candidate:
         self.held_out = False
 
 
-def load_candidates(shards: list[str], exclude_programs=()) -> list[Candidate]:
+def load_candidates(shards: list[str], exclude_programs=(), exclude_shared=True) -> list[Candidate]:
     """The distinct kernels of the shards with hlo text, by fingerprint;
-    kernels of any excluded program are left out."""
+    kernels of any excluded program are left out, also those another
+    program has too, unless exclude_shared is False (then only the excluded
+    programs' records are passed over: their shards might as well be gone)."""
     from tpuperf_cli.features import featurize_kernel
     from tpuperf_cli.stream import read_records
 
@@ -313,6 +318,8 @@ def load_candidates(shards: list[str], exclude_programs=()) -> list[Candidate]:
                 by_fp[fp] = Candidate(record)
             else:
                 c.programs.add(str(record.get(PROGRAM, "")))
+    if not exclude_shared:
+        dropped = set()
     return [c for fp, c in by_fp.items() if fp not in dropped
             and (c.corpus_ns is None or c.corpus_ns <= MAX_CORPUS_NS)]
 
@@ -1252,7 +1259,7 @@ def calibrate(opts: Options, log) -> dict:
         lightgbm_module()           # its ratio model: say what to install before timing anything
     shards = corpus_shards(opts.corpus, opts.backend) \
         if opts.corpus or not opts.generate or default_corpus(opts.backend) else []
-    candidates = load_candidates(shards, opts.exclude_programs)
+    candidates = load_candidates(shards, opts.exclude_programs, opts.exclude_shared)
     if opts.generate:
         seen = {c.record[FINGERPRINT] for c in candidates}
         made = [c for c in generated_candidates(opts.generate, opts.seed, log)
