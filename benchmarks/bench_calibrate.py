@@ -151,8 +151,9 @@ def main():
     ap.add_argument("--shared-kernels", action="store_true",
                     help="calibrate may time and fit the test programs' kernels that other "
                          "corpus programs have too (only the test programs' own shards are left "
-                         "out, as a user's corpus would lack them); by default every kernel of a "
-                         "test program is left out, so the calibrated model knows none of them")
+                         "out, as a user's corpus would lack them), timing into a cache of its own "
+                         "(CACHE_DIR/shared-kernels); by default every kernel of a test program "
+                         "is left out, so the calibrated model knows none of them")
     ap.add_argument("--no-known", action="store_true",
                     help="score every model's network alone: no kernel at the runtime its "
                          "model file knows (predict --no-known)")
@@ -260,7 +261,16 @@ def main():
         print(f"calibrate: not run; scoring {args.calibrated} (--calibrated)")
     else:
         out = tempfile.NamedTemporaryFile(suffix=".pt", delete=False).name
-        opts = cal.Options(budget_s=budget_s, out=out, cache_dir=args.cache_dir,
+        # with --shared-kernels calibrate times into a cache of its own: the
+        # test set's first timing (in --cache-dir) holds the shared kernels,
+        # which calibrate would take for an earlier run's and adapt on at once
+        # (and known at the very timing their labels start from)
+        cal_cache = args.cache_dir
+        if args.shared_kernels:
+            from tpuperf_cli.measure.cache import default_cache_dir
+
+            cal_cache = os.path.join(args.cache_dir or default_cache_dir(), "shared-kernels")
+        opts = cal.Options(budget_s=budget_s, out=out, cache_dir=cal_cache,
                            corpus=tuple(args.corpus or ()), backend=args.backend,
                            samples=args.samples, exclude_programs=tuple(sorted(test_programs)),
                            exclude_shared=not args.shared_kernels,
