@@ -980,7 +980,9 @@ def test_teacher_data_is_labelled_by_the_teacher(shards, teacher, unlabelled, tm
     assert [r["program"] for r in out] == ["teacher:" + r["program"] for r in kept]
     assert {r["source"] for r in out} == {"teacher"} and not any("pred_ns" in r for r in out)
     expected = predict_batch(load_model(str(teacher)), kept)
-    np.testing.assert_allclose([r["runtime_ns"] for r in out], expected, rtol=1e-9)
+    # float32 inside: batched otherwise, a kernel may round differently (one
+    # of 15 was 2e-8 off on an AMD EPYC family 25 model 17, 2026-12-06)
+    np.testing.assert_allclose([r["runtime_ns"] for r in out], expected, rtol=1e-6)
     assert all(r["label_from"] == info["name"] for r in out)
     assert f"{len(kept)} kernels of --teacher-data labelled by teacher" in lines[0], lines
     assert "of validation or test programs left out" in lines[0], lines
