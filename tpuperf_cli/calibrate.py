@@ -311,15 +311,14 @@ def load_candidates(shards: list[str], exclude_programs=(), exclude_shared=True)
             if not fp:
                 continue
             if str(record.get(PROGRAM, "")) in exclude:
-                dropped.add(fp)
+                if exclude_shared:
+                    dropped.add(fp)
                 continue
             c = by_fp.get(fp)
             if c is None:
                 by_fp[fp] = Candidate(record)
             else:
                 c.programs.add(str(record.get(PROGRAM, "")))
-    if not exclude_shared:
-        dropped = set()
     return [c for fp, c in by_fp.items() if fp not in dropped
             and (c.corpus_ns is None or c.corpus_ns <= MAX_CORPUS_NS)]
 
