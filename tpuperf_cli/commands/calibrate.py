@@ -116,7 +116,9 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     model's MAPE and Kendall tau on them before and after, on stdout.
     When holding them out would leave under 2 kernels to fit (a budget of
     seconds, or a run cut off early), every kernel is fitted and no figures
-    are printed.
+    are printed. The model written keeps every kernel timed here, held out
+    or fitted, at its time here: predict gives a kernel it knows that time
+    (predict --no-known: the network's estimate).
 
     Adapting: `scale` refits the output scale (log runtime, affine),
     `head` trains the output head with the rest frozen, `finetune` trains
