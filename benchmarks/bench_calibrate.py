@@ -256,7 +256,7 @@ def main():
     if args.calibrated:
         meta = calibrated_meta(calibrated_model)
         result = {"method": meta.get("method", "?"), "members": meta.get("members", 1),
-                  "models": {}}
+                  "averaged": meta.get("averaged", 1), "models": {}}
         args.join = meta.get("join", args.join)
         print(f"calibrate: not run; scoring {args.calibrated} (--calibrated)")
     else:
@@ -335,7 +335,8 @@ def main():
         for m in [bundled, calibrated_model] + scratches:
             m.known = None
     preds["bundled"] = bundled.predict_examples(test_examples())
-    calibrated = f"calibrated ({result['method']}{cal.joined_text(result['members'], args.join)})"
+    joined = cal.joined_text(result["members"], args.join, result.get("averaged", 1))
+    calibrated = f"calibrated ({result['method']}{joined})"
     preds[calibrated] = calibrated_model.predict_examples(test_examples())
     for method, model in result["models"].items():
         if method != "base":
@@ -369,7 +370,7 @@ def main():
     big_rows = {name: cal.figures(np.asarray(pred)[big], truth[big], np.asarray(groups)[big])
                 for name, pred in preds.items()}
     big_floor = cal.figures(second[big], first[big], np.asarray(groups)[big])
-    print(f"{'model':<52} {'median kernel MAPE':>19} {'tau':>7}   "
+    print(f"{'model':<64} {'median kernel MAPE':>19} {'tau':>7}   "
           f"{f'>= {args.min_us:g} us: MAPE':>13} {'tau':>7}   {'program error':>13}")
 
     # whole programs: each test program's kernels, counted as often as the
@@ -396,7 +397,7 @@ def main():
     floor["program_error"] = program_error(second, first)
 
     def line(name, f, g):
-        print(f"{name:<52} {f['program_mape']:>18.1f}% {f['tau']:>7.3f}   "
+        print(f"{name:<64} {f['program_mape']:>18.1f}% {f['tau']:>7.3f}   "
               f"{g['program_mape']:>12.1f}% {g['tau']:>7.3f}   "
               f"{f.get('program_error', math.nan):>12.1f}%")
 
@@ -425,12 +426,12 @@ def main():
     print("median APE by the kernels' measured size (kernels):")
     sizes = [("< 5 us", truth < 5e3), ("5-50 us", (truth >= 5e3) & (truth < 5e4)),
              ("50-500 us", (truth >= 5e4) & (truth < 5e5)), (">= 0.5 ms", truth >= 5e5)]
-    print(f"  {'model':<50}" + "".join(f"{label:>10}" for label, _ in sizes))
-    print(f"  {'(kernels)':<50}" + "".join(f"{int(m.sum()):>10}" for _, m in sizes))
+    print(f"  {'model':<62}" + "".join(f"{label:>10}" for label, _ in sizes))
+    print(f"  {'(kernels)':<62}" + "".join(f"{int(m.sum()):>10}" for _, m in sizes))
     for name, pred, labels in [("(noise floor: second timing against first)", second, first)] \
             + [(base_row if name == "bundled" else name, pred, truth) for name, pred in preds.items()]:
         ape = metrics.ape(pred, labels)
-        print(f"  {name.strip():<50}" + "".join(
+        print(f"  {name.strip():<62}" + "".join(
             f"{np.median(ape[m]):>9.1f}%" if m.any() else f"{'':>10}" for _, m in sizes))
     b = rows["bundled"]["program_mape"]
     c = rows[calibrated]["program_mape"]
@@ -457,6 +458,7 @@ def main():
             json.dump({"machine": here, "timed_on": timed_on, "load": load, "rows": rows, "noise_floor": floor,
                        "rows_5us": big_rows, "noise_floor_5us": big_floor,
                        "method": result["method"], "members": result["members"],
+                       "averaged": result.get("averaged", 1),
                        "budget_s": budget_s, "shared_kernels": args.shared_kernels}, f, indent=1,
                       default=lambda v: None if isinstance(v, float) and math.isnan(v) else str(v))
 

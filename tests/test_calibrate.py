@@ -487,6 +487,45 @@ def test_side_by_side_methods_are_chosen_by_their_mean_over_the_members_splits()
     assert not any("more on other splits" in x for x in lines), lines
 
 
+def test_with_time_left_each_member_is_the_mean_of_two_fits_from_its_own_network():
+    """Side by side, once the winner's fits on the members' splits stop on
+    their patience with time to spare, each member is fitted again from the
+    same network on another split and the two fits' weights averaged: still
+    3 networks, each near the seed it started from."""
+    import copy
+
+    import torch
+
+    from tpuperf_cli.calibrate import adapt
+    from tpuperf_cli.model import default_model_path
+    from tpuperf_cli.model.examples import example
+    from tpuperf_cli.model.net import EnsembleNet
+    from tpuperf_cli.model.predict import build, read_model_file
+
+    records = [r for r in read_records(str(GRAPHS / "mlp_s_train.zst")) if r.get("runtime_ns")]
+    examples = [example(r, i, "measured") for i, r in enumerate(records[:40], 1)]
+    for i, ex in enumerate(examples):
+        ex.program = f"p{i % 8}"
+        ex.runtime = ex.runtime ** 1.6 / 50.0
+    base = build(read_model_file(default_model_path()), default_model_path())
+    nets = [copy.deepcopy(base.net) for _ in range(3)]
+    for i, net in enumerate(nets):
+        with torch.no_grad():
+            net.head[-1].bias += 0.1 * i
+    base.net = EnsembleNet(nets)
+    lines = []
+    result = adapt(base, examples, log=lines.append, seconds=120, methods=("finetune",),
+                   threads=1, jobs=2)
+    assert result["method"] == "finetune", result["scores"]
+    assert result["members"] == 3 and result["averaged"] == 2, lines
+    assert sum("second fit's validation program MAPE" in x for x in lines) == 3, lines
+    fitted = result["model"].net.members
+    assert len(fitted) == 3
+    for i, net in enumerate(fitted):
+        gaps = [float((net.head[-1].bias - n.head[-1].bias).abs().sum()) for n in nets]
+        assert min(range(3), key=gaps.__getitem__) == i
+
+
 def test_side_by_side_runs_tasks_in_child_processes_and_keeps_their_order():
     import os
 

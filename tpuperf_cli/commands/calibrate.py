@@ -128,7 +128,10 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     median per-program MAPE. With the fits side by side (--threads 2 or
     more, the default on 2 CPUs) and --join ensemble (the default), each
     trained method is fitted on each of 3 splits and chosen by its mean
-    over them, and the winner's fits are joined into one ensemble model.
+    over them, and the winner's fits are joined into one ensemble model;
+    when the budget still holds a second round of fits as long as the first
+    (they stop on their patience), each member is fitted again from the same
+    network on another split and becomes the mean of its two fits' weights.
     Otherwise the methods are fitted on one split and the winner again on
     other splits while time allows (at most 3 fits; --join average: one
     network of their averaged weights, faster to predict with, a little
@@ -192,7 +195,7 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
         print(f"held out: {before['n']} kernel(s) of {before['programs']} program(s) timed here")
         print(f"  before ({result['base']}): {figures_text(before)}")
         print(f"  after  ({result['name']}, {result['method']}"
-              f"{joined_text(result['members'], result['join'])}): {figures_text(after)}")
+              f"{joined_text(result['members'], result['join'], result.get('averaged', 1))}): {figures_text(after)}")
         if result.get("after_networks"):
             print(f"  after, its networks alone: {figures_text(result['after_networks'])}")
     elif result["all_fitted"]:
