@@ -1109,7 +1109,7 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
         # Huber base, the same 6,586 kernels timed) this took calibrate's
         # held-out programs from 16.1% to 15.3% and the test programs from
         # 16.9% to 16.6%, at the predict cost of the 3 networks (an
-        # ensemble of all 6 fits: 15.2% and 16.9%)
+        # ensemble of all 6 fits: 15.3% and 16.9%)
         window = (t_end - time.monotonic()) / math.ceil(members / jobs)
         if best in TRAINED and window >= round_s:
             log(f"calibrate: {best}: time for a second fit of each member on another split, "
