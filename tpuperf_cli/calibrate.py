@@ -929,7 +929,7 @@ def joined_text(members: int, join: str, averaged: int = 1) -> str:
     if members <= 1:
         return ""
     return (f", {members} fits {'joined' if join == 'ensemble' else 'averaged'}"
-            + (f", each the mean of {averaged} fits' weights" if averaged > 1 else ""))
+            + (f", each the mean of {averaged}" if averaged > 1 else ""))
 
 
 def fit_task(start, fit, valid, params, lr, seconds, relabel=None):
