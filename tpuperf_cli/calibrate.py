@@ -66,12 +66,12 @@ scored on the same splits), and the winner's fits are the members: on
 seeds, one run's cached kernels for both) one split's scores spread by 12
 points, and the choice by the mean took calibrate's 16 held-out programs
 to 21.9% against 23.4% (finetune chosen over head). When the budget
-still holds most of another round of fits (0.6 of one: SECOND_ROUND), the winner is fitted once more from each member's
-network on another split and each member becomes the mean of its two
-fits' weights: 3 networks still, and on 2026-12-06 (an AMD EPYC family 25
-model 17, the Huber base, 6,586 kernels timed) calibrate's held-out
-programs went from 16.1% to 15.4%. A base that is
-already an ensemble of seeds
+still holds most of another round of fits (0.6 of one: SECOND_ROUND),
+the winner is fitted once more from each member's network on another
+split and each member becomes the mean of its two fits' weights: 3
+networks still, and on 2026-12-06 (an AMD EPYC family 25 model 17, the
+Huber base, 6,586 kernels timed) calibrate's held-out programs went from
+16.1% to 15.4%. A base that is already an ensemble of seeds
 (`tpuperf ensemble`; on a CPU the default base, the bundled recipe's seeds
 0 to 2) gives each fit its own network to start from (split i's fits
 start from network i), so the fits keep the seeds' diversity: from a
