@@ -366,6 +366,39 @@ def test_fitting_trains_with_the_loss_the_base_was_trained_with(monkeypatch):
         assert calls == expected, loss      # one batch of 6 kernels an epoch
 
 
+def stretched_examples():
+    """40 kernels of mlp_s_train in 8 programs, as another machine times
+    them: their runtimes stretched past what scale fits."""
+    from tpuperf_cli.model.examples import example
+
+    records = [r for r in read_records(str(GRAPHS / "mlp_s_train.zst")) if r.get("runtime_ns")]
+    examples = [example(r, i, "measured") for i, r in enumerate(records[:40], 1)]
+    for i, ex in enumerate(examples):
+        ex.program = f"p{i % 8}"
+        ex.runtime = ex.runtime ** 1.6 / 50.0
+    return examples
+
+
+def base_of_seeds(count):
+    """(the bundled model as an ensemble of `count` seeds, their networks):
+    copies of its network with distinct output biases."""
+    import copy
+
+    import torch
+
+    from tpuperf_cli.model import default_model_path
+    from tpuperf_cli.model.net import EnsembleNet
+    from tpuperf_cli.model.predict import build, read_model_file
+
+    base = build(read_model_file(default_model_path()), default_model_path())
+    nets = [copy.deepcopy(base.net) for _ in range(count)]
+    for i, net in enumerate(nets):
+        with torch.no_grad():
+            net.head[-1].bias += 0.1 * i
+    base.net = EnsembleNet(nets)
+    return base, nets
+
+
 def test_the_winner_is_fitted_on_other_splits_and_joined_into_one_saved_ensemble(tmp_path):
     """adapt fits the winning method again on other splits of the programs
     and joins the fits: the model predicts their geometric mean, and it
@@ -377,14 +410,9 @@ def test_the_winner_is_fitted_on_other_splits_and_joined_into_one_saved_ensemble
 
     from tpuperf_cli.calibrate import adapt
     from tpuperf_cli.model import default_model_path
-    from tpuperf_cli.model.examples import example
     from tpuperf_cli.model.predict import build, load_model, model_dict, read_model_file, save_atomic
 
-    records = [r for r in read_records(str(GRAPHS / "mlp_s_train.zst")) if r.get("runtime_ns")]
-    examples = [example(r, i, "measured") for i, r in enumerate(records[:40], 1)]
-    for i, ex in enumerate(examples):
-        ex.program = f"p{i % 8}"
-        ex.runtime = ex.runtime ** 1.6 / 50.0   # another machine: stretched past what scale fits
+    examples = stretched_examples()
     base = build(read_model_file(default_model_path()), default_model_path())
     result = adapt(base, examples, log=lambda m: None, seconds=30, methods=("finetune",),
                    threads=1, members=3)
@@ -410,27 +438,12 @@ def test_a_base_that_is_an_ensemble_fits_each_of_its_networks(jobs):
     """At most 3 networks in all: a base ensemble of 4 seeds gives 3 fits,
     each from its own network (not 3 copies of one), whether the fits run
     one after another or side by side in child processes."""
-    import copy
 
-    import torch
 
     from tpuperf_cli.calibrate import adapt
-    from tpuperf_cli.model import default_model_path
-    from tpuperf_cli.model.examples import example
-    from tpuperf_cli.model.net import EnsembleNet
-    from tpuperf_cli.model.predict import build, read_model_file
 
-    records = [r for r in read_records(str(GRAPHS / "mlp_s_train.zst")) if r.get("runtime_ns")]
-    examples = [example(r, i, "measured") for i, r in enumerate(records[:40], 1)]
-    for i, ex in enumerate(examples):
-        ex.program = f"p{i % 8}"
-        ex.runtime = ex.runtime ** 1.6 / 50.0   # another machine: stretched past what scale fits
-    base = build(read_model_file(default_model_path()), default_model_path())
-    nets = [copy.deepcopy(base.net) for _ in range(4)]
-    for i, net in enumerate(nets):              # four seeds: distinct output biases
-        with torch.no_grad():
-            net.head[-1].bias += 0.1 * i
-    base.net = EnsembleNet(nets)
+    examples = stretched_examples()
+    base, nets = base_of_seeds(4)
     result = adapt(base, examples, log=lambda m: None, seconds=30, methods=("finetune",),
                    threads=1, jobs=jobs)
     assert result["method"] == "finetune" and result["members"] == 3
@@ -448,29 +461,14 @@ def test_side_by_side_methods_are_chosen_by_their_mean_over_the_members_splits()
     member's split and scored by its mean validation error over them, the
     base and scale scored on the same splits; the winner's fits are the
     members, with no further fits."""
-    import copy
     import re
 
     import numpy as np
-    import torch
 
     from tpuperf_cli.calibrate import adapt, program_mape, split_groups
-    from tpuperf_cli.model import default_model_path
-    from tpuperf_cli.model.examples import example
-    from tpuperf_cli.model.net import EnsembleNet
-    from tpuperf_cli.model.predict import build, read_model_file
 
-    records = [r for r in read_records(str(GRAPHS / "mlp_s_train.zst")) if r.get("runtime_ns")]
-    examples = [example(r, i, "measured") for i, r in enumerate(records[:40], 1)]
-    for i, ex in enumerate(examples):
-        ex.program = f"p{i % 8}"
-        ex.runtime = ex.runtime ** 1.6 / 50.0
-    base = build(read_model_file(default_model_path()), default_model_path())
-    nets = [copy.deepcopy(base.net) for _ in range(3)]
-    for i, net in enumerate(nets):
-        with torch.no_grad():
-            net.head[-1].bias += 0.1 * i
-    base.net = EnsembleNet(nets)
+    examples = stretched_examples()
+    base, nets = base_of_seeds(3)
     lines = []
     result = adapt(base, examples, log=lines.append, seconds=60, threads=1, jobs=2, seed=5)
     scores = result["scores"]
@@ -492,27 +490,12 @@ def test_with_time_left_each_member_is_the_mean_of_two_fits_from_its_own_network
     their patience with time to spare, each member is fitted again from the
     same network on another split and the two fits' weights averaged: still
     3 networks, each near the seed it started from."""
-    import copy
 
-    import torch
 
     from tpuperf_cli.calibrate import adapt
-    from tpuperf_cli.model import default_model_path
-    from tpuperf_cli.model.examples import example
-    from tpuperf_cli.model.net import EnsembleNet
-    from tpuperf_cli.model.predict import build, read_model_file
 
-    records = [r for r in read_records(str(GRAPHS / "mlp_s_train.zst")) if r.get("runtime_ns")]
-    examples = [example(r, i, "measured") for i, r in enumerate(records[:40], 1)]
-    for i, ex in enumerate(examples):
-        ex.program = f"p{i % 8}"
-        ex.runtime = ex.runtime ** 1.6 / 50.0
-    base = build(read_model_file(default_model_path()), default_model_path())
-    nets = [copy.deepcopy(base.net) for _ in range(3)]
-    for i, net in enumerate(nets):
-        with torch.no_grad():
-            net.head[-1].bias += 0.1 * i
-    base.net = EnsembleNet(nets)
+    examples = stretched_examples()
+    base, nets = base_of_seeds(3)
     lines = []
     result = adapt(base, examples, log=lines.append, seconds=120, methods=("finetune",),
                    threads=1, jobs=2)
