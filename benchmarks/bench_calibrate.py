@@ -8,7 +8,8 @@ training programs lack; 764 in the checkout's corpus, all of them unless
 orders its own), timed here twice with measure's steady settings: once
 before calibrate (through measure's cache, so a second run of the benchmark
 does not time them again) and once after it (afresh, never cached). The
-label of a kernel is the geometric mean of its two timings, and the error
+label of a kernel is the geometric mean of its two timings (when they
+differ by more than 1.25x, the median of those and a third), and the error
 between them (median over programs of the per-program MAPE of the second
 against the first) is the labels' noise floor, printed beside the models':
 no model can be judged finer than it. Then calibrate runs (the library, the same code
@@ -96,6 +97,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 BIG_NS = 5000.0     # the paper's threshold for the second set of columns
 sys.path.insert(0, str(ROOT))
+
+
+THIRD_TIMING = 1.25     # two timings further apart than this: time the kernel a third time
 
 
 def calibrated_meta(model) -> dict:
@@ -286,17 +290,34 @@ def main():
     # 3. the test kernels timed again, afresh: the labels' noise floor, and
     #    labels that average out how this machine drifted across the run
     t0 = time.monotonic()
-    measurer = steady_measurer()
-    try:
-        again = cal.measure_in_order([c for c, _ in pairs], MeasureSession(measurer, None),
-                                     args.test_seconds, cal.Budget(args.test_seconds), set(), log)
-    finally:
-        measurer.close()
-    again = {c.record["fingerprint"]: r["runtime_ns"] for c, r in again}
+
+    def timed_afresh(candidates):
+        measurer = steady_measurer()
+        try:
+            out = cal.measure_in_order(candidates, MeasureSession(measurer, None), args.test_seconds,
+                                       cal.Budget(args.test_seconds), set(), log)
+        finally:
+            measurer.close()
+        return {c.record["fingerprint"]: r["runtime_ns"] for c, r in out}
+
+    again = timed_afresh([c for c, _ in pairs])
     pairs = [(c, r) for c, r in pairs if c.record["fingerprint"] in again]
     first = np.array([r["runtime_ns"] for _, r in pairs], np.float64)
     second = np.array([again[c.record["fingerprint"]] for c, _ in pairs], np.float64)
     truth = np.sqrt(first * second)
+    # a kernel whose two timings disagree by more than THIRD_TIMING is timed
+    # a third time and labelled by the median of the three: on 2026-12-06
+    # four timings of the 764 put 18 kernels over 1.25x apart and one 8.6x,
+    # and one such timing moved a model's figure by 3 points (HISTORY.md)
+    far = np.flatnonzero(np.maximum(second / first, first / second) > THIRD_TIMING)
+    third = timed_afresh([pairs[i][0] for i in far]) if len(far) else {}
+    for i in far:
+        t = third.get(pairs[i][0].record["fingerprint"])
+        if t is not None:
+            truth[i] = float(np.median([first[i], second[i], t]))
+    if len(far):
+        print(f"{len(far)} test kernel(s) whose two timings differ by more than {THIRD_TIMING:g}x "
+              f"timed a third time ({len(third)} timed): each labelled by the median of its three")
 
     def test_examples():
         """The test set afresh: a model trims the kernel features of the
