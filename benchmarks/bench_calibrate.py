@@ -102,6 +102,18 @@ sys.path.insert(0, str(ROOT))
 THIRD_TIMING = 1.25     # two timings further apart than this: time the kernel a third time
 
 
+def timing_labels(first, second, third: dict) -> np.ndarray:
+    """Each test kernel's label: the geometric mean of its two timings, or
+    where a third was taken ({index: runtime}), the median of the three: on
+    2026-12-06 four timings of the 764 put 18 kernels over 1.25x apart and
+    one 8.6x, and such a timing in a geometric mean moved a model's figure
+    by 3 points (HISTORY.md)."""
+    truth = np.sqrt(np.asarray(first, np.float64) * np.asarray(second, np.float64))
+    for i, t in third.items():
+        truth[i] = float(np.median([first[i], second[i], t]))
+    return truth
+
+
 def calibrated_meta(model) -> dict:
     """What calibrate recorded in the model file it wrote (method, fits,
     its held-out figures before and after); empty for another model."""
@@ -304,17 +316,12 @@ def main():
     pairs = [(c, r) for c, r in pairs if c.record["fingerprint"] in again]
     first = np.array([r["runtime_ns"] for _, r in pairs], np.float64)
     second = np.array([again[c.record["fingerprint"]] for c, _ in pairs], np.float64)
-    truth = np.sqrt(first * second)
     # a kernel whose two timings disagree by more than THIRD_TIMING is timed
-    # a third time and labelled by the median of the three: on 2026-12-06
-    # four timings of the 764 put 18 kernels over 1.25x apart and one 8.6x,
-    # and one such timing moved a model's figure by 3 points (HISTORY.md)
+    # a third time (timing_labels)
     far = np.flatnonzero(np.maximum(second / first, first / second) > THIRD_TIMING)
     third = timed_afresh([pairs[i][0] for i in far]) if len(far) else {}
-    for i in far:
-        t = third.get(pairs[i][0].record["fingerprint"])
-        if t is not None:
-            truth[i] = float(np.median([first[i], second[i], t]))
+    fps = [c.record["fingerprint"] for c, _ in pairs]
+    truth = timing_labels(first, second, {int(i): third[fps[i]] for i in far if fps[i] in third})
     if len(far):
         print(f"{len(far)} test kernel(s) whose two timings differ by more than {THIRD_TIMING:g}x "
               f"timed a third time ({len(third)} timed): each labelled by the median of its three")
@@ -346,7 +353,6 @@ def main():
     # (its machine's): a scratch model trained on the corpus measured here
     # knows those the test programs share with its training programs, which
     # calibrate leaves out unless --shared-kernels
-    fps = [c.record["fingerprint"] for c, _ in pairs]
     for name, m in [("base", bundled), ("calibrated", calibrated_model)] + \
             [(f"scratch {i + 1}", m) for i, m in enumerate(scratches)]:
         n = sum(fp in (m.known or {}) for fp in fps)

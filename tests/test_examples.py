@@ -767,3 +767,23 @@ def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
     p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", "--join", "a+c"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "--join 'a+c': needs A+B, two of the candidates (a)" in p.stderr
+
+
+def test_bench_calibrate_labels_a_kernel_timed_three_times_by_the_median():
+    """benchmarks/bench_calibrate.py: a test kernel's label is the geometric
+    mean of its two timings, or, timed a third time (two timings far apart),
+    the median of the three, so that one timing far off does not move it."""
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_calibrate", EX.parent / "benchmarks" / "bench_calibrate.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    first, second = np.array([100.0, 100.0, 100.0]), np.array([121.0, 400.0, 400.0])
+    truth = bench.timing_labels(first, second, {1: 110.0})
+    assert truth[0] == pytest.approx(110.0)          # sqrt(100 * 121)
+    assert truth[1] == pytest.approx(110.0)          # median of 100, 400, 110
+    assert truth[2] == pytest.approx(200.0)          # no third timing: sqrt(100 * 400)
+    assert 400.0 / 100.0 > bench.THIRD_TIMING > 121.0 / 100.0
