@@ -130,8 +130,9 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     trained method is fitted on each of 3 splits and chosen by its mean
     over them, and the winner's fits are joined into one ensemble model;
     when the budget still holds most of a second round of fits (0.6 of the
-    first's time; they stop on their patience), each member is fitted again from the same
-    network on another split and becomes the mean of its two fits' weights.
+    first's time; they stop on their patience), each member is fitted
+    again from the same network on another split and becomes the mean of
+    its two fits' weights.
     Otherwise the methods are fitted on one split and the winner again on
     other splits while time allows (at most 3 fits; --join average: one
     network of their averaged weights, faster to predict with, a little
