@@ -362,7 +362,7 @@ def main():
         for m in [bundled, calibrated_model] + scratches:
             m.known = None
     preds["bundled"] = bundled.predict_examples(test_examples())
-    joined = cal.joined_text(result["members"], args.join, result.get("averaged", 1))
+    joined = cal.joined_text(result["members"], args.join, result["averaged"])
     calibrated = f"calibrated ({result['method']}{joined})"
     preds[calibrated] = calibrated_model.predict_examples(test_examples())
     for method, model in result["models"].items():
@@ -485,7 +485,7 @@ def main():
             json.dump({"machine": here, "timed_on": timed_on, "load": load, "rows": rows, "noise_floor": floor,
                        "rows_5us": big_rows, "noise_floor_5us": big_floor,
                        "method": result["method"], "members": result["members"],
-                       "averaged": result.get("averaged", 1),
+                       "averaged": result["averaged"],
                        "budget_s": budget_s, "shared_kernels": args.shared_kernels}, f, indent=1,
                       default=lambda v: None if isinstance(v, float) and math.isnan(v) else str(v))
 

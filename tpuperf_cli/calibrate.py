@@ -1102,6 +1102,12 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
     model = models[best]
     joined = [model]
     averaged = 1
+
+    def member_task(i, window):
+        """The winner fitted from member i's network on split seed + i."""
+        return fit_task(starts[i % len(starts)], *split_groups(train, 0.2, seed + i), *TRAINED[best],
+                        window, relabel_of(best, i))
+
     if best in fits_of and by_splits:
         # the winner's fits, one on each split, are the members
         joined = [with_state(starts[i % len(starts)], state) for i, state, _ in fits_of[best]]
@@ -1111,19 +1117,13 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
         # time for another round: each member fitted again from the same
         # start on another split, and the two fits' weights averaged (both
         # fine-tuned from one network, they stay near it, so their mean is
-        # a network too). On 2026-12-06 (AMD EPYC family 25 model 17, the
-        # Huber base, the same 6,586 kernels timed) this took calibrate's
-        # held-out programs from 16.1% to 15.3% and the test programs from
-        # 16.9% to 16.6%, at the predict cost of the 3 networks (an
-        # ensemble of all 6 fits: 15.3% and 16.9%)
+        # a network too; the module docstring has what it gained)
         window = (t_end - time.monotonic()) / math.ceil(members / jobs)
         if best in TRAINED and window >= SECOND_ROUND * round_s:
             log(f"calibrate: {best}: time for a second fit of each member on another split, "
                 f"averaged with the first, side by side, {clock_text(window)} at most")
             more = [members + i for i in range(members)]
-            outs = side_by_side([fit_task(starts[i % len(starts)], *split_groups(train, 0.2, seed + i),
-                                          *TRAINED[best], window, relabel_of(best, i)) for i in more],
-                                jobs)
+            outs = side_by_side([member_task(i, window) for i in more], jobs)
             for k, (i, (state, epoch, err)) in enumerate(zip(more, outs)):
                 joined[k] = average_of([joined[k], with_state(starts[i % len(starts)], state)])
                 log(f"calibrate: {best}: member {k + 1} of {members}: second fit's validation "
@@ -1134,12 +1134,6 @@ def adapt(base, train, log, seconds, methods=METHODS, seed=0, threads=None,
         # more members, each fitted and stopped on another split of the
         # programs: their mean beat one refit on all the kernels (see the
         # module docstring)
-        params, lr = TRAINED[best]
-
-        def member_task(i, window):
-            return fit_task(starts[i % len(starts)], *split_groups(train, 0.2, seed + i), params,
-                            lr, window, relabel_of(best, i))
-
         def add(i, state, epoch, err):
             joined.append(with_state(starts[i % len(starts)], state))
             log(f"calibrate: {best}: member {i + 1} of {members}: validation program MAPE "
@@ -1434,7 +1428,7 @@ def calibrate(opts: Options, log) -> dict:
         "held_out_kernels": len(test), "held_out_programs": held_programs,
         "validation_program_mape": {k: (None if math.isnan(v) else v)
                                     for k, v in result["scores"].items()},
-        "members": result["members"], "averaged": result.get("averaged", 1), "join": opts.join,
+        "members": result["members"], "averaged": result["averaged"], "join": opts.join,
         "before": before, "after": after, "after_networks": after_networks,
         "budget_s": opts.budget_s, "known_kernels": len(known),
         "seconds": budget.spent(), "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -1469,7 +1463,7 @@ def calibrate(opts: Options, log) -> dict:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
     return {"out": out, "name": d["name"], "target": target, "method": method,
             "scores": result["scores"], "models": result["models"], "train": len(train),
-            "members": result["members"], "averaged": result.get("averaged", 1), "join": opts.join,
+            "members": result["members"], "averaged": result["averaged"], "join": opts.join,
             "held_out": len(test), "all_fitted": all_fitted, "before": before, "after": after,
             "after_networks": after_networks,
             "seconds": budget.spent(),

@@ -196,7 +196,7 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
         print(f"held out: {before['n']} kernel(s) of {before['programs']} program(s) timed here")
         print(f"  before ({result['base']}): {figures_text(before)}")
         print(f"  after  ({result['name']}, {result['method']}"
-              f"{joined_text(result['members'], result['join'], result.get('averaged', 1))}): {figures_text(after)}")
+              f"{joined_text(result['members'], result['join'], result['averaged'])}): {figures_text(after)}")
         if result.get("after_networks"):
             print(f"  after, its networks alone: {figures_text(result['after_networks'])}")
     elif result["all_fitted"]:
