@@ -117,6 +117,7 @@ its 4,000 indexed kernels the next night on the same model in 4 more
 """
 
 import argparse
+import io
 import json
 import math
 import os
@@ -190,12 +191,21 @@ def _write_atomic(records_pipe, dest, compact=False):
     small enough to carry (19 makes kernel shards about a quarter smaller
     than a pipe's 10)."""
     sys.path.insert(0, str(ROOT))
-    from tpuperf_cli.stream import RecordWriter, read_records
+    from tpuperf_cli.stream import read_records
+
+    return write_records_atomic(read_records(records_pipe, name=str(dest)), dest, compact)
+
+
+def write_records_atomic(records, dest, compact=False):
+    """Write records to dest (.zst, zstd level 19) through a temporary file
+    (see _write_atomic); returns how many."""
+    sys.path.insert(0, str(ROOT))
+    from tpuperf_cli.stream import RecordWriter
 
     tmp = dest.with_suffix(".tmp")
     n = 0
     with RecordWriter(str(tmp), compress=True, level=19) as w:
-        for r in read_records(records_pipe, name=str(dest)):
+        for r in records:
             if compact and isinstance(r.get("runs"), list):
                 r["runs"] = [round(x) for x in r["runs"]]
             w.write(r)
@@ -509,6 +519,121 @@ def estimate(plan, args):
           f"{total / 60:>8.1f}")
 
 
+# the confirm step times kernels a second time in this order (a seeded
+# shuffle: another order than the first pass's, so that a kernel's two
+# timings have other neighbours in their batch and fall at other moments)
+CONFIRM_SEED = 1
+CONFIRM_CHUNK = 1000
+# a kernel whose two timings are further apart than this counts as "apart"
+# in the step's summary and the manifest (the faster is kept either way)
+CONFIRM_APART = 1.25
+
+
+def confirm_shards(args):
+    """The kernel shards the confirm step times again: the programs', and
+    with --confirm-generated the generated chunks too."""
+    shards = sorted((CORPUS / "kernels").glob("*.zst"))
+    if args.confirm_generated:
+        shards += sorted(GENERATED.glob("*.zst"))
+    return shards
+
+
+def confirm(args):
+    """Time every distinct measured kernel of confirm_shards() once more
+    (measure with the corpus's settings and no cache, chunk by chunk) and
+    keep, for each, the faster of its two timings: interference only adds
+    time, and on a 2-core VM it can last longer than a kernel's 30 samples
+    (README, "Two timings"). Kernels that already have two timings
+    (`timings` in their records) are skipped. Each record gets `timings`,
+    [first, second] in ns, and the faster one's runtime_ns, runs and noise;
+    measure's cache gets the faster too, so a rebuild keeps it. Returns the
+    seconds spent, or None when nothing needed a second timing."""
+    sys.path.insert(0, str(ROOT))
+    import random
+
+    from tpuperf_cli.measure.cache import Cache
+    from tpuperf_cli.measure.target import target_key
+    from tpuperf_cli.records import MEASURE_FIELDS
+    from tpuperf_cli.stream import RecordWriter, read_records
+
+    shards = confirm_shards(args)
+    first = {}                              # fingerprint -> its record, timed once
+    for shard in shards:
+        for r in read_records(str(shard)):
+            if "runtime_ns" in r and len(r.get("timings") or ()) < 2:
+                first.setdefault(r["fingerprint"], r)
+    if not first:
+        log("confirm: every measured kernel has two timings already")
+        return None
+    order = sorted(first)
+    random.Random(CONFIRM_SEED).shuffle(order)
+    log(f"confirm: timing {len(order)} distinct kernels of {len(shards)} shards a second time")
+    WORK.mkdir(parents=True, exist_ok=True)
+    path = WORK / "confirm.in.zst"
+    second = {}
+    t0 = time.time()
+    for start in range(0, len(order), CONFIRM_CHUNK):
+        chunk = order[start:start + CONFIRM_CHUNK]
+        with RecordWriter(str(path), compress=True) as w:
+            for fp in chunk:
+                w.write({k: v for k, v in first[fp].items() if k not in MEASURE_FIELDS})
+        p = subprocess.run(measure_command(args) + ["--no-cache", "-q", str(path)],
+                           stdout=subprocess.PIPE)
+        if p.returncode != 0:
+            path.unlink(missing_ok=True)
+            raise SystemExit("build_corpus: confirm: measure failed; the corpus is unchanged")
+        for r in read_records(io.BytesIO(p.stdout), name="measure's output"):
+            if "runtime_ns" in r:
+                if target_key(r["target"]) != target_key(first[r["fingerprint"]]["target"]):
+                    path.unlink(missing_ok=True)
+                    raise SystemExit("build_corpus: confirm: this machine is not the one that "
+                                     "measured the corpus; measure it here first (measure "
+                                     "--force with a fresh --cache-dir)")
+                second[r["fingerprint"]] = r
+        log(f"confirm: {start + len(chunk)}/{len(order)} timed again "
+            f"({time.time() - t0:.0f}s)")
+    path.unlink(missing_ok=True)
+    kept = {}
+    cache = Cache(str(args.cache_dir))
+    try:
+        for fp, r in first.items():
+            s = second.get(fp)
+            if s is None:                   # failed the second time: one timing stays
+                continue
+            faster = s if s["runtime_ns"] < r["runtime_ns"] else r
+            kept[fp] = {"runtime_ns": faster["runtime_ns"], "runs": faster.get("runs"),
+                        "noise": faster.get("noise"),
+                        "timings": [r["runtime_ns"], s["runtime_ns"]]}
+            if faster is s:
+                cache.put(fp, target_key(s["target"]), s["target"], s["runtime_ns"], s.get("runs"),
+                          noise=s.get("noise"))
+    finally:
+        cache.close()
+    for shard in shards:
+        records = list(read_records(str(shard)))
+        if any(r.get("fingerprint") in kept and "timings" not in r for r in records):
+            write_records_atomic((dict(r, **kept[r["fingerprint"]]) if r.get("fingerprint") in kept
+                                  and "timings" not in r else r for r in records), shard,
+                                 compact=True)
+    apart = confirm_summary(list(kept.values()))
+    log(f"confirm: {len(kept)} kernels have two timings ({len(first) - len(kept)} failed the "
+        f"second); {apart['slower_first']} were over {CONFIRM_APART}x slower the first time, "
+        f"{apart['slower_second']} the second; median gap {100 * apart['median_gap']:.1f}%; "
+        f"{time.time() - t0:.0f}s")
+    return time.time() - t0
+
+
+def confirm_summary(records):
+    """How far apart the two timings of records with `timings` are: their
+    count, the median gap (slower / faster - 1), and how many were over
+    CONFIRM_APART x slower the first time, and the second."""
+    pairs = [r["timings"] for r in records if len(r.get("timings") or ()) == 2]
+    gaps = [max(a, b) / min(a, b) - 1 for a, b in pairs if min(a, b) > 0]
+    return {"kernels": len(pairs), "median_gap": statistics.median(gaps) if gaps else None,
+            "slower_first": sum(a > CONFIRM_APART * b for a, b in pairs),
+            "slower_second": sum(b > CONFIRM_APART * a for a, b in pairs)}
+
+
 def featurize_generated(out_dir):
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in set(p.name for p in out_dir.glob("*.zst")) - set(p.name for p in GENERATED.glob("*.zst")):
@@ -646,6 +771,9 @@ def summarize(programs, args, measure_seconds):
         "measurement_noise": noise_report(args.noise_report, old.get("measurement_noise"), target),
         "median_kernel_noise": (statistics.median(r["noise"] for r in measured if "noise" in r)
                                 if any("noise" in r for r in measured) else None),
+        # the confirm step's second timings: how many kernels have two, and
+        # how far apart (the records keep the faster)
+        "two_timings": confirm_summary(measured),
         "splits": {"random": "examples/splits/random.json",
                    "manual": "examples/splits/manual.json"},
         "per_program": per_program,
@@ -713,11 +841,13 @@ def main(argv=None):
         epilog=__doc__.split("\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("steps", nargs="*", metavar="STEP",
-                    help="generate, measure, featurize and/or manifest (default: measure "
+                    help="generate, measure, confirm, featurize and/or manifest (default: measure "
                          "featurize), or estimate alone; 'generate' writes the generated kernels "
                          "(--plan) to .work/, 'estimate' times a sample of each part (--jobs, "
                          "--plan) and prints how long measuring the whole corpus takes here, "
                          "'measure' times the programs' kernels and then the generated ones; "
+                         "'confirm' times the programs' measured kernels a second time and "
+                         "keeps each one's faster timing; "
                          "'featurize' alone rebuilds graphs/ from the committed kernel shards; "
                          "'manifest' only rewrites manifest.json; 'unlabelled' alone writes "
                          "unlabelled/ (kernels for a teacher to label, never measured)")
@@ -748,6 +878,9 @@ def main(argv=None):
                     help="where featurize writes graph shards (default examples/corpus/graphs)")
     ap.add_argument("--retry-errors", action="store_true",
                     help="measure again kernels whose cached measurement failed")
+    ap.add_argument("--confirm-generated", action="store_true",
+                    help="the confirm step times the generated kernels again too (about 8x "
+                         "the programs' kernels)")
     ap.add_argument("--force", action="store_true",
                     help="rebuild kernel shards that exist (measurements still come from the cache)")
     ap.add_argument("--noise-report", metavar="JSON",
@@ -757,10 +890,11 @@ def main(argv=None):
                          "train|valid|test) and exit")
     args = ap.parse_args(argv)
     args.steps = args.steps or ["measure", "featurize"]
-    bad = set(args.steps) - {"measure", "generate", "featurize", "manifest", "estimate", "unlabelled"}
+    bad = set(args.steps) - {"measure", "confirm", "generate", "featurize", "manifest", "estimate",
+                             "unlabelled"}
     if bad:
         ap.error(f"unknown step(s): {', '.join(sorted(bad))} "
-                 f"(choose measure, generate, featurize, manifest, estimate, unlabelled)")
+                 f"(choose measure, confirm, generate, featurize, manifest, estimate, unlabelled)")
     plan = dict(PLAN)
     for item in args.plan or []:
         name, _, n = item.partition("=")
@@ -800,6 +934,8 @@ def main(argv=None):
             if plan.get(source, 0) > 0 and ((WORK / f"{source}.zst").exists()
                                             or generated_chunks(source)):
                 seconds[f"generated:{source}"] = measure_generated(source, plan[source], args)
+    if "confirm" in args.steps:
+        confirm(args)
     if "featurize" in args.steps:
         out = args.graphs_dir or CORPUS / "graphs"
         out.mkdir(parents=True, exist_ok=True)

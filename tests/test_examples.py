@@ -358,6 +358,83 @@ def test_a_larger_plan_appends_to_the_committed_chunks(tmp_path, monkeypatch):
     assert [r["fingerprint"] for r in read_records(str(grown))] == ["b2", "d", "e"]
 
 
+def test_confirm_keeps_each_kernels_faster_timing_in_the_shards_and_the_cache(
+        tmp_path, monkeypatch):
+    """build_corpus.py confirm: every distinct measured kernel of the
+    programs' shards goes through measure again (no cache), each record gets
+    both timings and the faster one's runtime, runs and noise, the cache the
+    faster; a second run times nothing, and a second timing from another
+    machine is refused with the corpus left as it was."""
+    import importlib.util
+
+    from tpuperf_cli.measure.cache import Cache
+    from tpuperf_cli.measure.target import target_key
+    from tpuperf_cli.stream import RecordWriter, read_records
+
+    spec = importlib.util.spec_from_file_location("build_corpus", EX / "build_corpus.py")
+    bc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bc)
+    monkeypatch.setattr(bc, "CORPUS", tmp_path)
+    monkeypatch.setattr(bc, "WORK", tmp_path / ".work")
+    monkeypatch.setattr(bc, "GENERATED", tmp_path / "generated")
+    monkeypatch.setattr(bc, "CONFIRM_CHUNK", 2)
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "generated").mkdir()
+    target = {"platform": "cpu", "chip": "here", "method": 5, "clock": "process"}
+    first = {"a": 100.0, "b": 300.0, "c": 50.0}
+    for name, fps in (("p1", ["a", "b"]), ("p2", ["b", "c", "x"])):   # b in both
+        with RecordWriter(str(tmp_path / "kernels" / f"{name}.zst"), compress=True) as w:
+            for fp in fps:
+                w.write({"fingerprint": fp, "hlo": fp, "runtime_ns": first[fp], "runs": [first[fp]],
+                         "noise": 0.01, "target": target} if fp in first else
+                        {"fingerprint": fp, "hlo": fp, "error": "compile: no"})
+    with RecordWriter(str(tmp_path / "generated" / "ops-000.zst"), compress=True) as w:
+        w.write({"fingerprint": "g", "hlo": "g", "runtime_ns": 9.0, "target": target})
+    # a stand-in for measure: the second timing is 200 for a and b (b was
+    # slowed the first time), 60 for c; it logs the kernels it is given
+    second = ("import sys, io, json, zstandard, msgpack\n"
+              "raw = zstandard.ZstdDecompressor().stream_reader(open(sys.argv[-1], 'rb')).read()\n"
+              "t = json.loads(sys.argv[2])\n"
+              "for r in msgpack.Unpacker(io.BytesIO(raw), raw=False):\n"
+              "    assert 'runtime_ns' not in r and '--no-cache' in sys.argv\n"
+              "    open(sys.argv[1], 'a').write(r['fingerprint'] + '\\n')\n"
+              "    r.update(runtime_ns={'a': 200.0, 'b': 200.0, 'c': 60.0}[r['fingerprint']],\n"
+              "             runs=[1.0], noise=0.5, target=t)\n"
+              "    sys.stdout.buffer.write(msgpack.packb(r))\n")
+    log = tmp_path / "timed"
+    monkeypatch.setattr(bc, "measure_command",
+                        lambda args: [sys.executable, "-c", second, str(log), json.dumps(target)])
+    args = types.SimpleNamespace(confirm_generated=False, cache_dir=tmp_path / "cache")
+    bc.confirm(args)
+    assert sorted(log.read_text().split()) == ["a", "b", "c"]      # once each, not g
+    got = {(shard, r["fingerprint"]): r for shard in ("p1", "p2")
+           for r in read_records(str(tmp_path / "kernels" / f"{shard}.zst"))}
+    assert got["p1", "a"]["timings"] == [100.0, 200.0] and got["p1", "a"]["runtime_ns"] == 100.0
+    assert got["p1", "a"]["runs"] == [100] and got["p1", "a"]["noise"] == 0.01
+    for shard in ("p1", "p2"):
+        b = got[shard, "b"]
+        assert b["timings"] == [300.0, 200.0] and b["runtime_ns"] == 200.0 and b["noise"] == 0.5
+    assert got["p2", "c"]["runtime_ns"] == 50.0 and "timings" not in got["p2", "x"]
+    cache = Cache(str(tmp_path / "cache"))
+    assert cache.get("b", target_key(target))["runtime_ns"] == 200.0
+    assert cache.get("a", target_key(target)) is None             # the first timing stays
+    cache.close()
+    assert bc.confirm_summary(got.values()) == {"kernels": 4, "median_gap": 0.5,
+                                                "slower_first": 2, "slower_second": 1}
+    log.unlink()
+    assert bc.confirm(args) is None and not log.exists()          # nothing left to confirm
+
+    # another machine's second timing: refused, the shards untouched
+    with RecordWriter(str(tmp_path / "kernels" / "p3.zst"), compress=True) as w:
+        w.write({"fingerprint": "a", "hlo": "a", "runtime_ns": 100.0, "target": target})
+    before = (tmp_path / "kernels" / "p3.zst").read_bytes()
+    monkeypatch.setattr(bc, "measure_command", lambda args: [
+        sys.executable, "-c", second, str(log), json.dumps(dict(target, chip="there"))])
+    with pytest.raises(SystemExit, match="not the one that measured"):
+        bc.confirm(args)
+    assert (tmp_path / "kernels" / "p3.zst").read_bytes() == before
+
+
 def test_estimate_times_a_sample_of_each_part_and_projects_the_corpus(tmp_path, monkeypatch,
                                                                       capsys):
     """build_corpus.py estimate: a sample of the programs' distinct kernels
