@@ -557,6 +557,24 @@ def test_bench_conv_channels_writes_each_convolution_with_every_channel_count():
         assert lhs.dims[-1] == rhs.dims[1] == rhs.dims[2] == conv.shape.dims[-1] == c
 
 
+def test_bench_accuracy_scores_the_first_timing_against_the_second():
+    """bench_accuracy's noise floor from build_corpus.py confirm's two
+    timings: the first scored against the second per program, as a model
+    against its labels; records timed once are left out."""
+    sys.path.insert(0, str(EX.parent / "benchmarks"))
+    import bench_accuracy
+
+    records = [{"program": "p", "runtime_ns": 9e3, "timings": [12e3, 10e3]},
+               {"program": "p", "runtime_ns": 20e3, "timings": [20e3, 25e3]},
+               {"program": "q", "runtime_ns": 8e3, "timings": [8e3, 8e3]},
+               {"program": "q", "runtime_ns": 6e3}]
+    twice, med = bench_accuracy.two_timings(records, 5e3)
+    assert len(twice) == 3
+    # p: 12 against 10 (20%), 20 against 25 (20%); q: 0%
+    assert med["mape"] == pytest.approx(10.0)
+    assert bench_accuracy.two_timings(records[3:], 5e3) == ([], None)
+
+
 def test_bench_accuracy_warns_only_for_generated_sources_the_corpus_holds(tmp_path, capsys):
     """A split's train list names every source ("indexed:*"...); the
     benchmark says to featurize only where that source's kernel chunks
