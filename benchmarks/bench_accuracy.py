@@ -214,8 +214,8 @@ def main():
     if known:
         print(f"(known: {known} of {sum(r['runtime_ns'] >= min_ns for r in test)} kernels >= "
               f"{args.min_us:g} us are kernels the model's training data measured, predicted at "
-              f"that runtime; the corpus measured each distinct kernel once, so their labels are "
-              f"the same measurements: a second timing differs by the noise floor. --no-known: "
+              f"that runtime; their labels are the corpus's own timings (the faster of two where "
+              f"it timed them twice), so a new timing differs by the noise floor. --no-known: "
               f"the network alone)")
         # what to expect of those kernels timed again: each --known-off
         # percent too slow (arithmetic on the same predictions, not a timing)
