@@ -101,7 +101,8 @@ second time, with measure's settings and no cache, in another order, and
 keeps each one's faster timing (interference only adds time); each record
 keeps both in `timings` ([first, second], ns), measure's cache the faster,
 and the manifest's `two_timings` says how far apart they were. Kernels with
-two timings are skipped, so it runs once; a rebuild with --force keeps the
+two timings are skipped, so it runs once; an interrupted run keeps the
+second timings it took (in CACHE_DIR/confirm) and a rerun goes on; a rebuild with --force keeps the
 faster runtimes (from the cache) but not `timings`. Run it with --jobs 1 on
 an otherwise idle machine, then featurize:
     python examples/build_corpus.py confirm featurize manifest --jobs 1
@@ -562,7 +563,10 @@ def confirm(args):
     (README, "Two timings"). Kernels that already have two timings
     (`timings` in their records) are skipped. Each record gets `timings`,
     [first, second] in ns, and the faster one's runtime_ns, runs and noise;
-    measure's cache gets the faster too, so a rebuild keeps it. Returns the
+    measure's cache gets the faster too, so a rebuild keeps it. The second
+    timings go into a cache of their own (CACHE_DIR/confirm) chunk by
+    chunk, so an interrupted run (Ctrl-C) goes on where it stopped, the
+    shards untouched until every kernel has its second. Returns the
     seconds spent, or None when nothing needed a second timing."""
     sys.path.insert(0, str(ROOT))
     import random
@@ -583,32 +587,52 @@ def confirm(args):
         return None
     order = sorted(first)
     random.Random(CONFIRM_SEED).shuffle(order)
-    log(f"confirm: timing {len(order)} distinct kernels of {len(shards)} shards a second time")
+    # second timings are kept as they come in a cache of their own, so that
+    # an interrupted run goes on where it stopped
+    seconds_dir = Path(args.cache_dir) / "confirm"
+    done = Cache(str(seconds_dir))
+    second, todo = {}, []
+    for fp in order:
+        hit = done.get(fp, target_key(first[fp]["target"]))
+        if hit and hit.get("runtime_ns"):
+            second[fp] = hit
+        else:
+            todo.append(fp)
+    log(f"confirm: timing {len(todo)} distinct kernels of {len(shards)} shards a second time"
+        + (f" ({len(second)} timed again before, kept in {seconds_dir})" if second else ""))
     WORK.mkdir(parents=True, exist_ok=True)
     path = WORK / "confirm.in.zst"
-    second = {}
     t0 = time.time()
-    for start in range(0, len(order), CONFIRM_CHUNK):
-        chunk = order[start:start + CONFIRM_CHUNK]
-        with RecordWriter(str(path), compress=True) as w:
-            for fp in chunk:
-                w.write({k: v for k, v in first[fp].items() if k not in MEASURE_FIELDS})
-        p = subprocess.run(measure_command(args) + ["--no-cache", "-q", str(path)],
-                           stdout=subprocess.PIPE)
-        if p.returncode != 0:
-            path.unlink(missing_ok=True)
-            raise SystemExit("build_corpus: confirm: measure failed; the corpus is unchanged")
-        for r in read_records(io.BytesIO(p.stdout), name="measure's output"):
-            if "runtime_ns" in r:
-                if target_key(r["target"]) != target_key(first[r["fingerprint"]]["target"]):
-                    path.unlink(missing_ok=True)
+    try:
+        for start in range(0, len(todo), CONFIRM_CHUNK):
+            chunk = todo[start:start + CONFIRM_CHUNK]
+            with RecordWriter(str(path), compress=True) as w:
+                for fp in chunk:
+                    w.write({k: v for k, v in first[fp].items() if k not in MEASURE_FIELDS})
+            p = subprocess.run(measure_command(args) + ["--no-cache", "-q", str(path)],
+                               stdout=subprocess.PIPE)
+            if p.returncode != 0:
+                raise SystemExit("build_corpus: confirm: measure failed; the corpus is unchanged")
+            for r in read_records(io.BytesIO(p.stdout), name="measure's output"):
+                if "runtime_ns" not in r:
+                    continue
+                key = target_key(first[r["fingerprint"]]["target"])
+                if target_key(r["target"]) != key:
                     raise SystemExit("build_corpus: confirm: this machine is not the one that "
                                      "measured the corpus; measure it here first (measure "
                                      "--force with a fresh --cache-dir)")
                 second[r["fingerprint"]] = r
-        log(f"confirm: {start + len(chunk)}/{len(order)} timed again "
-            f"({time.time() - t0:.0f}s)")
-    path.unlink(missing_ok=True)
+                done.put(r["fingerprint"], key, r["target"], r["runtime_ns"], r.get("runs"),
+                         noise=r.get("noise"))
+            log(f"confirm: {start + len(chunk)}/{len(todo)} timed again "
+                f"({time.time() - t0:.0f}s)")
+    except KeyboardInterrupt:
+        raise SystemExit(f"build_corpus: confirm: interrupted; the {len(second)} second timings "
+                         f"so far are kept in {seconds_dir}, and a rerun goes on from there; "
+                         f"the corpus is unchanged") from None
+    finally:
+        done.close()
+        path.unlink(missing_ok=True)
     kept = {}
     cache = Cache(str(args.cache_dir))
     try:

@@ -391,22 +391,26 @@ def test_confirm_keeps_each_kernels_faster_timing_in_the_shards_and_the_cache(
     with RecordWriter(str(tmp_path / "generated" / "ops-000.zst"), compress=True) as w:
         w.write({"fingerprint": "g", "hlo": "g", "runtime_ns": 9.0, "target": target})
     # a stand-in for measure: the second timing is 200 for a and b (b was
-    # slowed the first time), 60 for c; it logs the kernels it is given
+    # slowed the first time), 60 for others; it logs the kernels it is given
     second = ("import sys, io, json, zstandard, msgpack\n"
               "raw = zstandard.ZstdDecompressor().stream_reader(open(sys.argv[-1], 'rb')).read()\n"
               "t = json.loads(sys.argv[2])\n"
               "for r in msgpack.Unpacker(io.BytesIO(raw), raw=False):\n"
               "    assert 'runtime_ns' not in r and '--no-cache' in sys.argv\n"
               "    open(sys.argv[1], 'a').write(r['fingerprint'] + '\\n')\n"
-              "    r.update(runtime_ns={'a': 200.0, 'b': 200.0, 'c': 60.0}[r['fingerprint']],\n"
+              "    r.update(runtime_ns={'a': 200.0, 'b': 200.0}.get(r['fingerprint'], 60.0),\n"
               "             runs=[1.0], noise=0.5, target=t)\n"
               "    sys.stdout.buffer.write(msgpack.packb(r))\n")
     log = tmp_path / "timed"
     monkeypatch.setattr(bc, "measure_command",
                         lambda args: [sys.executable, "-c", second, str(log), json.dumps(target)])
     args = types.SimpleNamespace(confirm_generated=False, cache_dir=tmp_path / "cache")
+    # c was timed again by a run that was interrupted: not timed a third time
+    done = Cache(str(tmp_path / "cache" / "confirm"))
+    done.put("c", target_key(target), target, 60.0, [60.0], noise=0.5)
+    done.close()
     bc.confirm(args)
-    assert sorted(log.read_text().split()) == ["a", "b", "c"]      # once each, not g
+    assert sorted(log.read_text().split()) == ["a", "b"]           # once each, not g
     got = {(shard, r["fingerprint"]): r for shard in ("p1", "p2")
            for r in read_records(str(tmp_path / "kernels" / f"{shard}.zst"))}
     assert got["p1", "a"]["timings"] == [100.0, 200.0] and got["p1", "a"]["runtime_ns"] == 100.0
@@ -414,7 +418,8 @@ def test_confirm_keeps_each_kernels_faster_timing_in_the_shards_and_the_cache(
     for shard in ("p1", "p2"):
         b = got[shard, "b"]
         assert b["timings"] == [300.0, 200.0] and b["runtime_ns"] == 200.0 and b["noise"] == 0.5
-    assert got["p2", "c"]["runtime_ns"] == 50.0 and "timings" not in got["p2", "x"]
+    assert got["p2", "c"]["runtime_ns"] == 50.0 and got["p2", "c"]["timings"] == [50.0, 60.0]
+    assert "timings" not in got["p2", "x"]
     cache = Cache(str(tmp_path / "cache"))
     assert cache.get("b", target_key(target))["runtime_ns"] == 200.0
     assert cache.get("a", target_key(target)) is None             # the first timing stays
@@ -426,13 +431,64 @@ def test_confirm_keeps_each_kernels_faster_timing_in_the_shards_and_the_cache(
 
     # another machine's second timing: refused, the shards untouched
     with RecordWriter(str(tmp_path / "kernels" / "p3.zst"), compress=True) as w:
-        w.write({"fingerprint": "a", "hlo": "a", "runtime_ns": 100.0, "target": target})
+        w.write({"fingerprint": "d", "hlo": "d", "runtime_ns": 100.0, "target": target})
     before = (tmp_path / "kernels" / "p3.zst").read_bytes()
     monkeypatch.setattr(bc, "measure_command", lambda args: [
         sys.executable, "-c", second, str(log), json.dumps(dict(target, chip="there"))])
     with pytest.raises(SystemExit, match="not the one that measured"):
         bc.confirm(args)
     assert (tmp_path / "kernels" / "p3.zst").read_bytes() == before
+
+
+def test_an_interrupted_confirm_keeps_its_second_timings_and_goes_on(tmp_path, monkeypatch):
+    """build_corpus.py confirm interrupted (Ctrl-C) after its first chunk:
+    it says so, leaves the shards as they were, and a rerun times only the
+    kernels the first run had not reached."""
+    import importlib.util
+
+    from tpuperf_cli.stream import RecordWriter, read_records
+
+    spec = importlib.util.spec_from_file_location("build_corpus", EX / "build_corpus.py")
+    bc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bc)
+    monkeypatch.setattr(bc, "CORPUS", tmp_path)
+    monkeypatch.setattr(bc, "WORK", tmp_path / ".work")
+    monkeypatch.setattr(bc, "GENERATED", tmp_path / "generated")
+    monkeypatch.setattr(bc, "CONFIRM_CHUNK", 2)
+    (tmp_path / "kernels").mkdir()
+    target = {"platform": "cpu", "chip": "here", "method": 5, "clock": "process"}
+    shard = tmp_path / "kernels" / "p.zst"
+    with RecordWriter(str(shard), compress=True) as w:
+        for fp in "abc":
+            w.write({"fingerprint": fp, "hlo": fp, "runtime_ns": 100.0, "target": target})
+    before = shard.read_bytes()
+    second = ("import sys, io, json, zstandard, msgpack\n"
+              "raw = zstandard.ZstdDecompressor().stream_reader(open(sys.argv[-1], 'rb')).read()\n"
+              "for r in msgpack.Unpacker(io.BytesIO(raw), raw=False):\n"
+              "    open(sys.argv[1], 'a').write(r['fingerprint'] + '\\n')\n"
+              "    r.update(runtime_ns=90.0, runs=[90.0], target=json.loads(sys.argv[2]))\n"
+              "    sys.stdout.buffer.write(msgpack.packb(r))\n")
+    log = tmp_path / "timed"
+    monkeypatch.setattr(bc, "measure_command",
+                        lambda args: [sys.executable, "-c", second, str(log), json.dumps(target)])
+    real_run, calls = bc.subprocess.run, []
+
+    def run_then_interrupt(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_run(*a, **k)
+
+    monkeypatch.setattr(bc.subprocess, "run", run_then_interrupt)
+    args = types.SimpleNamespace(confirm_generated=False, cache_dir=tmp_path / "cache")
+    with pytest.raises(SystemExit, match="interrupted; the 2 second timings"):
+        bc.confirm(args)
+    assert shard.read_bytes() == before and len(log.read_text().split()) == 2
+    monkeypatch.setattr(bc.subprocess, "run", real_run)
+    log.unlink()
+    bc.confirm(args)
+    assert len(log.read_text().split()) == 1                       # the one left
+    assert [r["timings"] for r in read_records(str(shard))] == [[100.0, 90.0]] * 3
 
 
 def test_estimate_times_a_sample_of_each_part_and_projects_the_corpus(tmp_path, monkeypatch,
