@@ -358,18 +358,10 @@ def test_a_larger_plan_appends_to_the_committed_chunks(tmp_path, monkeypatch):
     assert [r["fingerprint"] for r in read_records(str(grown))] == ["b2", "d", "e"]
 
 
-def test_confirm_keeps_each_kernels_faster_timing_in_the_shards_and_the_cache(
-        tmp_path, monkeypatch):
-    """build_corpus.py confirm: every distinct measured kernel of the
-    programs' shards goes through measure again (no cache), each record gets
-    both timings and the faster one's runtime, runs and noise, the cache the
-    faster; a second run times nothing, and a second timing from another
-    machine is refused with the corpus left as it was."""
+def build_corpus_in(tmp_path, monkeypatch):
+    """examples/build_corpus.py as a module whose corpus is tmp_path (with
+    empty kernels/ and generated/)."""
     import importlib.util
-
-    from tpuperf_cli.measure.cache import Cache
-    from tpuperf_cli.measure.target import target_key
-    from tpuperf_cli.stream import RecordWriter, read_records
 
     spec = importlib.util.spec_from_file_location("build_corpus", EX / "build_corpus.py")
     bc = importlib.util.module_from_spec(spec)
@@ -377,9 +369,44 @@ def test_confirm_keeps_each_kernels_faster_timing_in_the_shards_and_the_cache(
     monkeypatch.setattr(bc, "CORPUS", tmp_path)
     monkeypatch.setattr(bc, "WORK", tmp_path / ".work")
     monkeypatch.setattr(bc, "GENERATED", tmp_path / "generated")
-    monkeypatch.setattr(bc, "CONFIRM_CHUNK", 2)
     (tmp_path / "kernels").mkdir()
     (tmp_path / "generated").mkdir()
+    return bc
+
+
+def stand_in_measure(bc, monkeypatch, log, target, runtime_ns, default):
+    """build_corpus's measure replaced by a script that checks each record
+    comes untimed and with --no-cache, writes its fingerprint to log, and
+    labels it runtime_ns.get(fingerprint, default) (runs the same, noise
+    0.5) on the machine `target`."""
+    script = ("import sys, io, json, zstandard, msgpack\n"
+              "raw = zstandard.ZstdDecompressor().stream_reader(open(sys.argv[-1], 'rb')).read()\n"
+              "target, times, default = json.loads(sys.argv[2]), json.loads(sys.argv[3]), "
+              "float(sys.argv[4])\n"
+              "for r in msgpack.Unpacker(io.BytesIO(raw), raw=False):\n"
+              "    assert 'runtime_ns' not in r and '--no-cache' in sys.argv\n"
+              "    open(sys.argv[1], 'a').write(r['fingerprint'] + '\\n')\n"
+              "    t = times.get(r['fingerprint'], default)\n"
+              "    r.update(runtime_ns=t, runs=[t], noise=0.5, target=target)\n"
+              "    sys.stdout.buffer.write(msgpack.packb(r))\n")
+    monkeypatch.setattr(bc, "measure_command", lambda args: [
+        sys.executable, "-c", script, str(log), json.dumps(target), json.dumps(runtime_ns),
+        str(default)])
+
+
+def test_confirm_keeps_each_kernels_faster_timing_in_the_shards_and_the_cache(
+        tmp_path, monkeypatch):
+    """build_corpus.py confirm: every distinct measured kernel of the
+    programs' shards goes through measure again (no cache), each record gets
+    both timings and the faster one's runtime, runs and noise, the cache the
+    faster; a second run times nothing, and a second timing from another
+    machine is refused with the corpus left as it was."""
+    from tpuperf_cli.measure.cache import Cache
+    from tpuperf_cli.measure.target import target_key
+    from tpuperf_cli.stream import RecordWriter, read_records
+
+    bc = build_corpus_in(tmp_path, monkeypatch)
+    monkeypatch.setattr(bc, "CONFIRM_CHUNK", 2)
     target = {"platform": "cpu", "chip": "here", "method": 5, "clock": "process"}
     first = {"a": 100.0, "b": 300.0, "c": 50.0}
     for name, fps in (("p1", ["a", "b"]), ("p2", ["b", "c", "x"])):   # b in both
@@ -390,20 +417,9 @@ def test_confirm_keeps_each_kernels_faster_timing_in_the_shards_and_the_cache(
                         {"fingerprint": fp, "hlo": fp, "error": "compile: no"})
     with RecordWriter(str(tmp_path / "generated" / "ops-000.zst"), compress=True) as w:
         w.write({"fingerprint": "g", "hlo": "g", "runtime_ns": 9.0, "target": target})
-    # a stand-in for measure: the second timing is 200 for a and b (b was
-    # slowed the first time), 60 for others; it logs the kernels it is given
-    second = ("import sys, io, json, zstandard, msgpack\n"
-              "raw = zstandard.ZstdDecompressor().stream_reader(open(sys.argv[-1], 'rb')).read()\n"
-              "t = json.loads(sys.argv[2])\n"
-              "for r in msgpack.Unpacker(io.BytesIO(raw), raw=False):\n"
-              "    assert 'runtime_ns' not in r and '--no-cache' in sys.argv\n"
-              "    open(sys.argv[1], 'a').write(r['fingerprint'] + '\\n')\n"
-              "    r.update(runtime_ns={'a': 200.0, 'b': 200.0}.get(r['fingerprint'], 60.0),\n"
-              "             runs=[1.0], noise=0.5, target=t)\n"
-              "    sys.stdout.buffer.write(msgpack.packb(r))\n")
+    # the second timing is 200 for a and b (b was slowed the first time), 60 for others
     log = tmp_path / "timed"
-    monkeypatch.setattr(bc, "measure_command",
-                        lambda args: [sys.executable, "-c", second, str(log), json.dumps(target)])
+    stand_in_measure(bc, monkeypatch, log, target, {"a": 200.0, "b": 200.0}, 60.0)
     args = types.SimpleNamespace(confirm_generated=False, cache_dir=tmp_path / "cache")
     # c was timed again by a run that was interrupted: not timed a third time
     done = Cache(str(tmp_path / "cache" / "confirm"))
@@ -433,8 +449,7 @@ def test_confirm_keeps_each_kernels_faster_timing_in_the_shards_and_the_cache(
     with RecordWriter(str(tmp_path / "kernels" / "p3.zst"), compress=True) as w:
         w.write({"fingerprint": "d", "hlo": "d", "runtime_ns": 100.0, "target": target})
     before = (tmp_path / "kernels" / "p3.zst").read_bytes()
-    monkeypatch.setattr(bc, "measure_command", lambda args: [
-        sys.executable, "-c", second, str(log), json.dumps(dict(target, chip="there"))])
+    stand_in_measure(bc, monkeypatch, log, dict(target, chip="there"), {}, 60.0)
     with pytest.raises(SystemExit, match="not the one that measured"):
         bc.confirm(args)
     assert (tmp_path / "kernels" / "p3.zst").read_bytes() == before
@@ -444,33 +459,18 @@ def test_an_interrupted_confirm_keeps_its_second_timings_and_goes_on(tmp_path, m
     """build_corpus.py confirm interrupted (Ctrl-C) after its first chunk:
     it says so, leaves the shards as they were, and a rerun times only the
     kernels the first run had not reached."""
-    import importlib.util
-
     from tpuperf_cli.stream import RecordWriter, read_records
 
-    spec = importlib.util.spec_from_file_location("build_corpus", EX / "build_corpus.py")
-    bc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bc)
-    monkeypatch.setattr(bc, "CORPUS", tmp_path)
-    monkeypatch.setattr(bc, "WORK", tmp_path / ".work")
-    monkeypatch.setattr(bc, "GENERATED", tmp_path / "generated")
+    bc = build_corpus_in(tmp_path, monkeypatch)
     monkeypatch.setattr(bc, "CONFIRM_CHUNK", 2)
-    (tmp_path / "kernels").mkdir()
     target = {"platform": "cpu", "chip": "here", "method": 5, "clock": "process"}
     shard = tmp_path / "kernels" / "p.zst"
     with RecordWriter(str(shard), compress=True) as w:
         for fp in "abc":
             w.write({"fingerprint": fp, "hlo": fp, "runtime_ns": 100.0, "target": target})
     before = shard.read_bytes()
-    second = ("import sys, io, json, zstandard, msgpack\n"
-              "raw = zstandard.ZstdDecompressor().stream_reader(open(sys.argv[-1], 'rb')).read()\n"
-              "for r in msgpack.Unpacker(io.BytesIO(raw), raw=False):\n"
-              "    open(sys.argv[1], 'a').write(r['fingerprint'] + '\\n')\n"
-              "    r.update(runtime_ns=90.0, runs=[90.0], target=json.loads(sys.argv[2]))\n"
-              "    sys.stdout.buffer.write(msgpack.packb(r))\n")
     log = tmp_path / "timed"
-    monkeypatch.setattr(bc, "measure_command",
-                        lambda args: [sys.executable, "-c", second, str(log), json.dumps(target)])
+    stand_in_measure(bc, monkeypatch, log, target, {}, 90.0)
     real_run, calls = bc.subprocess.run, []
 
     def run_then_interrupt(*a, **k):
@@ -497,18 +497,9 @@ def test_estimate_times_a_sample_of_each_part_and_projects_the_corpus(tmp_path, 
     and of each planned source goes through measure (the corpus's settings,
     no cache), and the table projects each part's time by its kernel count;
     the corpus is left as it was."""
-    import importlib.util
-
     from tpuperf_cli.stream import RecordWriter
 
-    spec = importlib.util.spec_from_file_location("build_corpus", EX / "build_corpus.py")
-    bc = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bc)
-    monkeypatch.setattr(bc, "CORPUS", tmp_path)
-    monkeypatch.setattr(bc, "WORK", tmp_path / ".work")
-    monkeypatch.setattr(bc, "GENERATED", tmp_path / "generated")
-    (tmp_path / "kernels").mkdir()
-    (tmp_path / "generated").mkdir()
+    bc = build_corpus_in(tmp_path, monkeypatch)
     for name, fps in (("p1", ["a", "b"]), ("p2", ["b", "c"])):   # b twice: counted once
         with RecordWriter(str(tmp_path / "kernels" / f"{name}.zst"), compress=True) as w:
             for fp in fps:
