@@ -102,9 +102,10 @@ keeps each one's faster timing (interference only adds time); each record
 keeps both in `timings` ([first, second], ns), measure's cache the faster,
 and the manifest's `two_timings` says how far apart they were. Kernels with
 two timings are skipped, so it runs once; an interrupted run keeps the
-second timings it took (in CACHE_DIR/confirm) and a rerun goes on; a rebuild with --force keeps the
-faster runtimes (from the cache) but not `timings`. Run it with --jobs 1 on
-an otherwise idle machine, then featurize:
+second timings it took (in CACHE_DIR/confirm) and a rerun goes on; a
+rebuild with --force keeps the faster runtimes (from the cache) but not
+`timings`. Run it with --jobs 1 on an otherwise idle machine, then
+featurize:
     python examples/build_corpus.py confirm featurize manifest --jobs 1
 On the AMD EPYC family 25 model 17 of 2026-12-06, after a --jobs 2
 measure: 7,814 kernels in 8 minutes; of the 4,893 of 5 us or more, 7.3%
@@ -467,20 +468,31 @@ def _sample(records, k):
     return [records[i * len(records) // k] for i in range(k)]
 
 
-def _time_measure(records, args, batch):
-    """Seconds `measure` (the corpus's settings, no cache) takes on records."""
+def write_untimed(records, path):
+    """Write records to path (.zst, in WORK) with their measurements taken
+    off, for measure_afresh."""
     sys.path.insert(0, str(ROOT))
     from tpuperf_cli.records import MEASURE_FIELDS
     from tpuperf_cli.stream import RecordWriter
 
     WORK.mkdir(parents=True, exist_ok=True)
-    path = WORK / "estimate.in.zst"
     with RecordWriter(str(path), compress=True) as w:
         for r in records:
             w.write({k: v for k, v in r.items() if k not in MEASURE_FIELDS})
+
+
+def measure_afresh(args, path, *extra):
+    """The measure command that times path's kernels again: the corpus's
+    settings, no cache, no summary."""
+    return measure_command(args) + ["--no-cache", *extra, "-q", str(path)]
+
+
+def _time_measure(records, args, batch):
+    """Seconds `measure` (the corpus's settings, no cache) takes on records."""
+    path = WORK / "estimate.in.zst"
+    write_untimed(records, path)
     t0 = time.time()
-    p = subprocess.run(measure_command(args) + ["--no-cache", "--batch", str(batch), "-q", str(path)],
-                       stdout=subprocess.DEVNULL)
+    p = subprocess.run(measure_afresh(args, path, "--batch", str(batch)), stdout=subprocess.DEVNULL)
     seconds = time.time() - t0
     path.unlink()
     if p.returncode != 0:
@@ -573,8 +585,7 @@ def confirm(args):
 
     from tpuperf_cli.measure.cache import Cache
     from tpuperf_cli.measure.target import target_key
-    from tpuperf_cli.records import MEASURE_FIELDS
-    from tpuperf_cli.stream import RecordWriter, read_records
+    from tpuperf_cli.stream import read_records
 
     shards = confirm_shards(args)
     first = {}                              # fingerprint -> its record, timed once
@@ -600,17 +611,13 @@ def confirm(args):
             todo.append(fp)
     log(f"confirm: timing {len(todo)} distinct kernels of {len(shards)} shards a second time"
         + (f" ({len(second)} timed again before, kept in {seconds_dir})" if second else ""))
-    WORK.mkdir(parents=True, exist_ok=True)
     path = WORK / "confirm.in.zst"
     t0 = time.time()
     try:
         for start in range(0, len(todo), CONFIRM_CHUNK):
             chunk = todo[start:start + CONFIRM_CHUNK]
-            with RecordWriter(str(path), compress=True) as w:
-                for fp in chunk:
-                    w.write({k: v for k, v in first[fp].items() if k not in MEASURE_FIELDS})
-            p = subprocess.run(measure_command(args) + ["--no-cache", "-q", str(path)],
-                               stdout=subprocess.PIPE)
+            write_untimed((first[fp] for fp in chunk), path)
+            p = subprocess.run(measure_afresh(args, path), stdout=subprocess.PIPE)
             if p.returncode != 0:
                 raise SystemExit("build_corpus: confirm: measure failed; the corpus is unchanged")
             for r in read_records(io.BytesIO(p.stdout), name="measure's output"):
@@ -651,11 +658,11 @@ def confirm(args):
         cache.close()
     for shard in shards:
         records = list(read_records(str(shard)))
-        if any(r.get("fingerprint") in kept and "timings" not in r for r in records):
-            write_records_atomic((dict(r, **kept[r["fingerprint"]]) if r.get("fingerprint") in kept
-                                  and "timings" not in r else r for r in records), shard,
-                                 compact=True)
-    apart = confirm_summary(list(kept.values()))
+        confirmed = [r.get("fingerprint") in kept and "timings" not in r for r in records]
+        if any(confirmed):
+            write_records_atomic((dict(r, **kept[r["fingerprint"]]) if c else r
+                                  for r, c in zip(records, confirmed)), shard, compact=True)
+    apart = confirm_summary(kept.values())
     log(f"confirm: {len(kept)} kernels have two timings ({len(first) - len(kept)} failed the "
         f"second); {apart['slower_first']} were over {CONFIRM_APART}x slower the first time, "
         f"{apart['slower_second']} the second; median gap {100 * apart['median_gap']:.1f}%; "
