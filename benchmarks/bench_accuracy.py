@@ -11,8 +11,11 @@ fitted on the train-split programs, not the generated kernels its train
 list names). A last column pair gives the error of
 the whole-program estimate (sum of prediction x count, what `score`
 prints). The noise column is the median of measure's `noise` over the
-same kernels (the spread of their timed samples, in percent): the labels'
-own uncertainty, a floor no model's MAPE can be judged below.
+same kernels (the spread of their timed samples, in percent). Where the
+corpus timed its kernels twice (build_corpus.py confirm), the "2x" column
+is the better floor: the first timing's MAPE against the second, per
+program, a floor no model's MAPE can be judged below; a line after the
+table gives its median with tau and program error.
 
     .venv/bin/python benchmarks/bench_accuracy.py                  # bundled model, random split
     .venv/bin/python benchmarks/bench_accuracy.py --model m.pt --split examples/splits/manual.json
@@ -124,13 +127,14 @@ def two_timings(records, min_ns, fields=("mape", "tau", "total_ape", "noise")):
     kernels twice (build_corpus.py confirm, `timings`), the first timing
     scored against the second as a model is scored against the label.
     Returns (the records timed twice, the median over programs of
-    per_program's figures, or None when none was)."""
+    per_program's figures or None when none was, each program's figures
+    by name)."""
     twice = [r for r in records if len(r.get("timings") or ()) == 2]
     if not twice:
-        return twice, None
+        return twice, None, {}
     first = np.array([r["timings"][0] for r in twice], dtype=np.float64)
     rows = per_program([dict(r, runtime_ns=r["timings"][1]) for r in twice], first, min_ns)
-    return twice, metrics.summarize(rows, fields)[0]
+    return twice, metrics.summarize(rows, fields)[0], {r["program"]: r for r in rows}
 
 
 def main():
@@ -176,7 +180,9 @@ def main():
     fields = ("mape", "tau", "total_ape", "noise")
     med_m, mean_m = metrics.summarize(rows_m, fields)
     med_b, mean_b = metrics.summarize(rows_b, fields)
-    twice, med_t = two_timings(test, min_ns, fields)
+    twice, med_t, by_program_t = two_timings(test, min_ns, fields)
+    for rm in rows_m:                       # the per-program floor, beside the noise
+        rm["two_timings_mape"] = by_program_t.get(rm["program"], {}).get("mape")
     if args.json:
         print(json.dumps({"model": model.name, "split": os.path.basename(args.split), "set": args.set,
                           "model_rows": rows_m, "baseline_rows": rows_b,
@@ -192,20 +198,25 @@ def main():
           f"{len(test)} kernels; kernels >= {args.min_us:g} us")
     print(f"baseline: roofline x per-kind coefficient fitted on {fitted_on} train kernels "
           f"({len(base.coef)} kinds)")
-    head = f"{'program':24s} {'kernels':>7s} {'noise':>6s} | {'MAPE':>7s} {'tau':>6s} {'prog.err':>8s} | " \
-           f"{'MAPE':>7s} {'tau':>6s} {'prog.err':>8s}"
-    print(f"{'':40s}| {'model':^24s}| {'baseline':^24s}")
+    head = f"{'program':24s} {'kernels':>7s} {'noise':>6s} {'2x':>6s} | {'MAPE':>7s} {'tau':>6s} " \
+           f"{'prog.err':>8s} | {'MAPE':>7s} {'tau':>6s} {'prog.err':>8s}"
+    print(f"{'':47s}| {'model':^24s}| {'baseline':^24s}")
     print(head)
     print("-" * len(head))
 
     def fmt(r):
         return f"{r['mape']:6.1f}% {r['tau']:6.3f} {r['total_ape']:7.1f}%"
 
+    def apart(x):                           # the 2x column: "-" where a program has no pair
+        return f"{x:5.1f}%" if isinstance(x, float) and x == x else f"{'-':>6s}"
+
     for rm, rb in zip(rows_m, rows_b):
-        print(f"{rm['program']:24s} {rm['n']:7d} {rm['noise']:5.1f}% | {fmt(rm)} | {fmt(rb)}")
+        print(f"{rm['program']:24s} {rm['n']:7d} {rm['noise']:5.1f}% {apart(rm['two_timings_mape'])} | "
+              f"{fmt(rm)} | {fmt(rb)}")
     print("-" * len(head))
-    print(f"{'median':24s} {'':7s} {med_m['noise']:5.1f}% | {fmt(med_m)} | {fmt(med_b)}")
-    print(f"{'mean':24s} {'':7s} {mean_m['noise']:5.1f}% | {fmt(mean_m)} | {fmt(mean_b)}")
+    floor = med_t["mape"] if med_t else None
+    print(f"{'median':24s} {'':7s} {med_m['noise']:5.1f}% {apart(floor)} | {fmt(med_m)} | {fmt(med_b)}")
+    print(f"{'mean':24s} {'':7s} {mean_m['noise']:5.1f}% {apart(None)} | {fmt(mean_m)} | {fmt(mean_b)}")
     print(f"(model predicted {len(test)} kernels in {t_model:.2f}s including loading)")
     if twice:
         print(f"(two timings: {len(twice)} of the {len(test)} kernels were timed twice, "

@@ -615,11 +615,13 @@ def test_bench_accuracy_scores_the_first_timing_against_the_second():
                {"program": "p", "runtime_ns": 20e3, "timings": [20e3, 25e3]},
                {"program": "q", "runtime_ns": 8e3, "timings": [8e3, 8e3]},
                {"program": "q", "runtime_ns": 6e3}]
-    twice, med = bench_accuracy.two_timings(records, 5e3)
+    twice, med, by_program = bench_accuracy.two_timings(records, 5e3)
     assert len(twice) == 3
     # p: 12 against 10 (20%), 20 against 25 (20%); q: 0%
     assert med["mape"] == pytest.approx(10.0)
-    assert bench_accuracy.two_timings(records[3:], 5e3) == ([], None)
+    assert by_program["p"]["mape"] == pytest.approx(20.0)
+    assert by_program["q"]["mape"] == pytest.approx(0.0)
+    assert bench_accuracy.two_timings(records[3:], 5e3) == ([], None, {})
 
 
 def test_bench_accuracy_warns_only_for_generated_sources_the_corpus_holds(tmp_path, capsys):
