@@ -18,7 +18,7 @@ from synthetic import synthetic_records
 
 torch = pytest.importorskip("torch")
 
-from tpuperf_cli.model.config import NetConfig  # noqa: E402
+from tpuperf_cli.model.config import MINOR_FEATURE, NetConfig  # noqa: E402
 from tpuperf_cli.model.predict import load_model, predict_records  # noqa: E402
 from tpuperf_cli.model.train import TrainOptions, train  # noqa: E402
 
@@ -76,6 +76,8 @@ VARIANTS = {
     "sage-column-counts": dict(counts=True),
     "none-per-node-counts-no-head": dict(gnn="none", reduction="per-node", counts=True,
                                          kernel_head=False),
+    "sage-column-counts-minor": dict(counts=True, minor_dim=4),
+    "none-column-minor-no-head": dict(gnn="none", minor_dim=3, kernel_head=False),
 }
 
 
@@ -142,6 +144,57 @@ def test_counts_reach_the_network(shard, tmp_path):
     blind = load_model(str(out), engine="numpy")       # a fresh one: predictions are memoised
     blind.net.f1_counts[:] = 0
     assert np.abs(predicted(blind, recs) / before - 1).max() > 1e-4
+
+
+def _with_minor(records, sizes):
+    """Copies of records whose kernel's output_minor_dim (kernel feature 16)
+    takes each of sizes in turn (synthetic records leave it 0)."""
+    out = []
+    for i, r in enumerate(records):
+        r = dict(r)
+        kf = np.array(r["kernel_feat"], np.float32)
+        kf[MINOR_FEATURE] = sizes[i % len(sizes)]
+        r["kernel_feat"] = kf
+        out.append(r)
+    return out
+
+
+def test_minor_embedding_reaches_the_network(shard, tmp_path):
+    """--minor-embedding: each output minor dim up to 128 has a token of its
+    own (larger ones share one), f1 and the head read its embedding, numpy
+    and DGL agree on it, and kernels alike but for the minor dim differ."""
+    from tpuperf_cli.model.config import MINOR_MAX, minor_tokens
+    from tpuperf_cli.model.predict import read_model_file
+
+    assert minor_tokens(np.array([[0] * MINOR_FEATURE + [v] for v in (1, 8, 33, 128, 129, 5000)],
+                                 np.float32)).tolist() == [1, 8, 33, 128, 129, MINOR_MAX + 1]
+    assert minor_tokens(np.zeros((2, MINOR_FEATURE), np.float32)).tolist() == [0, 0]
+    sizes = (1, 8, 16, 33, 40, 300)
+    path = tmp_path / "minor.zst"
+    with RecordWriter(str(path)) as w:
+        for r in _with_minor(synthetic_records(n_programs=3, kernels=12, seed=3, nodes=(2, 14)), sizes):
+            w.write(r)
+    out = tmp_path / "m.pt"
+    cfg = NetConfig(hidden=16, opcode_dim=8, layers=2, minor_dim=4)
+    train([str(path)], out, cfg, TrainOptions(epochs=1, batch_size=16, lr=1e-2, threads=1, ema=0),
+          progress=lambda m: None)
+    d = read_model_file(str(out))
+    assert d["config"]["minor_dim"] == 4
+    assert d["state_dict"]["minor.weight"].shape == (MINOR_MAX + 2, 4)
+    recs = synthetic_records(n_programs=1, kernels=6, seed=2, nodes=(1, 30))
+    fast, slow = load_model(str(out), engine="numpy"), load_model(str(out), engine="dgl")
+    by_size = [predicted(fast, _with_minor(recs, (v,))) for v in (8, 16, 40)]
+    for v, want in zip((8, 16, 40), by_size):
+        assert_same(predicted(slow, _with_minor(recs, (v,))), want)
+    assert np.abs(by_size[0] / by_size[1] - 1).max() > 1e-4
+    assert np.abs(by_size[1] / by_size[2] - 1).max() > 1e-4
+
+
+def test_minor_embedding_needs_the_minor_dim(shard, tmp_path):
+    with pytest.raises(TpuperfError, match="--kernel-features 16 or more"):
+        train([str(shard)], tmp_path / "x.pt", NetConfig(hidden=16, opcode_dim=8, minor_dim=4),
+              TrainOptions(epochs=1, batch_size=16, threads=1, ema=0, kernel_features=5),
+              progress=lambda m: None)
 
 
 def test_unknown_weights_fall_back_to_dgl(tmp_path):

@@ -712,7 +712,7 @@ def test_streamed_corpus_trains(shards, tmp_path):
 @pytest.mark.parametrize("variant", [
     dict(gnn="gat"), dict(gnn="none"), dict(reduction="per-node"),
     dict(reduction="lstm"), dict(reduction="transformer", heads=2), dict(directed=False),
-    dict(counts=True),
+    dict(counts=True), dict(minor_dim=4),
 ])
 def test_architecture_options_train(shards, tmp_path, variant):
     cfg = NetConfig(**{**TINY, **variant})

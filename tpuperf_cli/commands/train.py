@@ -160,6 +160,13 @@ def _source_weights(ctx, param, values) -> dict:
               help="Give the network the counts a mean cannot see: each node's number of "
                    "operands and of users (log-scaled) join its input, the kernel's number of "
                    "nodes the final layer's.")
+@click.option("--minor-embedding", "minor_dim", type=click.IntRange(0), default=0, show_default=True,
+              help="Give the kernel's output minor dim (kernel feature 16, output_minor_dim) an "
+                   "embedding of this width, one per size from 0 to 128 and one for larger, "
+                   "joining every node's input and the final layer's: XLA:CPU's elementwise "
+                   "loops run about 7x slower an element at a minor dim of 9 to 34 than at 8 or "
+                   "35, a step the log-scaled feature hides. 0: none. Needs --kernel-features 16 "
+                   "or more.")
 @click.option("--normalize/--no-normalize", default=True, show_default=True,
               help="L2-normalise node embeddings after each GNN layer.")
 @click.option("--kernel-head/--no-kernel-head", default=True, show_default=True,
@@ -192,7 +199,7 @@ def cli(files, data, output, valid, split, task, loss, huber_within, epochs, bat
         kernel_features, configs,
         memory_mb, seed,
         device, threads, max_time, ema, tail_average, learner, trees, leaves, gnn, layers, hidden, opcode_dim,
-        neighbors, aggregate, directed, counts,
+        neighbors, aggregate, directed, counts, minor_dim,
         normalize, kernel_head, reduction, heads, seq_layers, dropout, resume, keep_state, name, quiet):
     """Train a performance model (a graph neural network, or trees) on measured kernels.
 
@@ -302,7 +309,8 @@ def cli(files, data, output, valid, split, task, loss, huber_within, epochs, bat
         net = NetConfig(opcode_dim=opcode_dim, hidden=hidden, gnn=gnn, layers=layers,
                         neighbors=neighbors, aggregate=aggregate, directed=directed,
                         normalize=normalize, kernel_head=kernel_head, heads=heads, reduction=reduction,
-                        seq_layers=seq_layers, dropout=dropout, counts=counts).check()
+                        seq_layers=seq_layers, dropout=dropout, counts=counts,
+                        minor_dim=minor_dim).check()
     except ValueError as e:
         raise TpuperfError(str(e), exit_code=2) from None
     if learner == "gbdt":

@@ -5,6 +5,8 @@ inference (infer) are built from them."""
 import math
 from dataclasses import dataclass, field, fields
 
+import numpy as np
+
 from tpuperf_cli.records import CONFIG_FEATURES, KERNEL_FEATURES, NODE_FEATURES
 
 GNNS = ("sage", "gat", "none")
@@ -15,6 +17,26 @@ REDUCTIONS = ("per-node", "column", "lstm", "transformer")
 # holds (at most 17 operands or users, a few thousand nodes) sit near [0, 1]
 DEGREE_SCALE = math.log(1 + 20)
 NODES_SCALE = math.log(1 + 1024)
+
+# --minor-embedding: the kernel's output_minor_dim (a kernel feature) as a
+# token with an embedding of its own, 0 to MINOR_MAX each their own, larger
+# ones one more. Log-scaled, 32 and 36 sit 0.009 apart in the network's
+# input, yet XLA:CPU's elementwise loops run about 7x slower an element at a
+# minor dim of 9 to 34 than at 8 or 35 and above (on the two machines the
+# corpus was measured on); a scalar cannot carry such a step.
+MINOR_FEATURE = KERNEL_FEATURES.index("output_minor_dim")
+MINOR_MAX = 128
+MINOR_TOKENS = MINOR_MAX + 2
+
+
+def minor_tokens(kernel_feat: np.ndarray) -> np.ndarray:
+    """The --minor-embedding token of each row of raw (unscaled) kernel
+    features (B, K): output_minor_dim clipped to [0, MINOR_MAX + 1], 0 for
+    rows too short to hold it."""
+    if kernel_feat.ndim != 2 or kernel_feat.shape[1] <= MINOR_FEATURE:
+        return np.zeros(kernel_feat.shape[0] if kernel_feat.ndim else 0, np.int64)
+    v = np.nan_to_num(kernel_feat[:, MINOR_FEATURE].astype(np.float64), nan=0.0)
+    return np.clip(np.rint(v), 0, MINOR_MAX + 1).astype(np.int64)
 
 
 def _num_opcodes():
@@ -53,6 +75,8 @@ class NetConfig:
     counts: bool = False        # each node's operand and user counts join f1's input and the
                                 # kernel's node count the head's: what a mean (GraphSAGE's,
                                 # the column-wise reduction's) cannot count
+    minor_dim: int = 0          # width of the output_minor_dim token's embedding (MINOR_TOKENS),
+                                # joining f1's input and the head's; 0: none
 
     @property
     def node_counts(self) -> int:
@@ -81,6 +105,11 @@ class NetConfig:
             raise ValueError(f"aggregate must be mean or sum, not {self.aggregate!r}")
         if self.in_features <= NODE_FEATURES:
             raise ValueError(f"in_features must exceed the {NODE_FEATURES} node features")
+        if self.minor_dim < 0:
+            raise ValueError("minor_dim must be >= 0")
+        if self.minor_dim and self.in_features - NODE_FEATURES - CONFIG_FEATURES <= MINOR_FEATURE:
+            raise ValueError(f"--minor-embedding reads kernel feature {MINOR_FEATURE + 1} "
+                             f"(output_minor_dim): give --kernel-features {MINOR_FEATURE + 1} or more")
         if self.hidden < 1 or self.layers < 0 or self.neighbors < 1 or self.opcode_dim < 1:
             raise ValueError("hidden, opcode_dim and neighbors must be positive, layers >= 0")
         if self.reduction == "transformer" and self.hidden % self.heads:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 
 from tpuperf_cli.errors import StreamError, TpuperfError
+from tpuperf_cli.model.config import minor_tokens
 from tpuperf_cli.model.dist import owner
 from tpuperf_cli.model.examples import Example, Scaler, example, slog, topological_order, use_kernel_features
 from tpuperf_cli.model.known import Collector
@@ -38,7 +39,7 @@ from tpuperf_cli.stream import read_records
 class Batch:
     """Many graphs as one: node rows concatenated, edges offset."""
 
-    __slots__ = ("opcode", "x", "kernel_x", "n_nodes", "in_src", "in_dst", "out_src", "out_dst",
+    __slots__ = ("opcode", "x", "kernel_x", "minor", "n_nodes", "in_src", "in_dst", "out_src", "out_dst",
                  "seq_keep", "seq_graph", "seq_pos", "seq_len", "seq_lengths", "y", "noise", "group")
 
     def __len__(self):
@@ -92,6 +93,7 @@ def make_batch(examples: Sequence[Example], scaler: Scaler, lut: np.ndarray, nei
     node *= scaler.inv[:nf]
     x[:, :nf] = node
     kc = np.stack([np.concatenate([ex.kernel_feat, ex.config_feat]) for ex in examples])
+    b.minor = minor_tokens(kc[:, :scaler.kernel_features])   # --minor-embedding's tokens (B,)
     kc = (slog(kc) - scaler.lo[nf:]) * scaler.inv[nf:]
     x[:, nf:] = np.repeat(kc, n_nodes, axis=0)
     b.x = x

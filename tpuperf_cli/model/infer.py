@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tpuperf_cli.model.config import DEGREE_SCALE, NODES_SCALE, NetConfig
+from tpuperf_cli.model.config import DEGREE_SCALE, MINOR_TOKENS, NODES_SCALE, NetConfig
 from tpuperf_cli.model.weights import Unsupported
 from tpuperf_cli.records import NODE_FEATURES
 
@@ -183,7 +183,8 @@ class NumpyNet:
         w = _Weights(state)
         h, e = cfg.hidden, cfg.opcode_dim
         embed = w.get("embed.weight", (cfg.num_opcodes, e))
-        f1a, self.f1b = w.mlp("f1", e + cfg.in_features + cfg.node_counts, h, h, cfg.dropout)
+        f1a, self.f1b = w.mlp("f1", e + cfg.in_features + cfg.node_counts + cfg.minor_dim, h, h,
+                              cfg.dropout)
         # f1's first layer on [embed(op) ++ node ++ kernel/config features
         # (++ operand and user counts)] as products per opcode, node, graph
         wt = f1a.wt
@@ -191,7 +192,10 @@ class NumpyNet:
         self.f1_op = embed @ wt[:e]                                   # (opcodes, H)
         self.f1_node = np.ascontiguousarray(wt[e:e + NODE_FEATURES])  # (140, H)
         self.f1_graph = np.ascontiguousarray(wt[e + NODE_FEATURES:f])  # (K, H)
-        self.f1_counts = np.ascontiguousarray(wt[f:]) if cfg.counts else None   # (2, H)
+        self.f1_counts = np.ascontiguousarray(wt[f:f + 2]) if cfg.counts else None   # (2, H)
+        # --minor-embedding: the token's embedding, and its product with f1 per token
+        self.minor = w.get("minor.weight", (MINOR_TOKENS, cfg.minor_dim)) if cfg.minor_dim else None
+        self.f1_minor = self.minor @ wt[f + cfg.node_counts:] if cfg.minor_dim else None  # (T, H)
         self.f1_bias = f1a.b
         self.layers = []
         if cfg.gnn != "none":
@@ -257,7 +261,7 @@ class NumpyNet:
         else:
             raise Unsupported(f"reduction {kind}")
         k = cfg.in_features - NODE_FEATURES if cfg.kernel_head else 0
-        self.head = w.mlp("head", width + cfg.graph_counts + k, h, 1, cfg.dropout)
+        self.head = w.mlp("head", width + cfg.graph_counts + k + cfg.minor_dim, h, 1, cfg.dropout)
         self.skip = w.linear("skip", k, 1) if k else None
         w.check_all_used()
 
@@ -281,6 +285,8 @@ class NumpyNet:
         if cfg.counts:
             degrees = np.stack([g_in.deg, g_out.deg], axis=1).astype(np.float32)
             h += (np.log1p(degrees) / np.float32(DEGREE_SCALE)) @ self.f1_counts
+        if cfg.minor_dim:
+            h += np.repeat(self.f1_minor[b.minor], b.n_nodes, axis=0)
         h = self.f1b(_relu(h))
         _relu(h)
         if self.layers:
@@ -311,9 +317,10 @@ class NumpyNet:
         if cfg.counts:
             nodes = np.log1p(b.n_nodes.astype(np.float32)) / np.float32(NODES_SCALE)
             r = np.concatenate([r, nodes[:, None]], axis=1)
+        tail = [self.minor[b.minor]] if cfg.minor_dim else []
         if self.skip is None:
-            return self._head(r)
-        return self._head(np.concatenate([r, kx], axis=1)) + self.skip(kx)[:, 0]
+            return self._head(np.concatenate([r] + tail, axis=1) if tail else r)
+        return self._head(np.concatenate([r, kx] + tail, axis=1)) + self.skip(kx)[:, 0]
 
     def _head(self, r):
         a, b = self.head

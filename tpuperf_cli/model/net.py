@@ -2,14 +2,17 @@
 
     node input   x_i = [ embed(opcode_i) ++ scaled node features ++ kernel
                          features ++ tile-config features
-                         (++ log counts of operands and users: --counts) ]  (n, E + F)
+                         (++ log counts of operands and users: --counts)
+                         (++ embed(the kernel's output minor dim):
+                         --minor-embedding) ]                            (n, E + F)
     f1           h_i = MLP(x_i)                                     (n, H)
     k GNN layers GraphSAGE with separate weights for the two edge directions
                  (operands -> user and user -> operands), mean of the first
                  `neighbors` neighbours, L2-normalised output; or GAT; or none
     reduction    per-node sum, column-wise mean & max, LSTM over the nodes in
                  topological order, or a Transformer encoder      (B, R)
-    head         (with --counts, the log node count appended)
+    head         (with --counts, the log node count appended; with
+                 --minor-embedding, the minor dim's embedding)
                  MLP -> one number per kernel: the standardised log runtime
                  (fusion task) or a ranking score (tile task)      (B,)
 
@@ -29,7 +32,14 @@ from torch import nn  # noqa: E402
 from torch.nn import functional  # noqa: E402
 
 # NetConfig lives in config (no torch); imported here too, where it always was
-from tpuperf_cli.model.config import DEGREE_SCALE, GNNS, NODES_SCALE, REDUCTIONS, NetConfig  # noqa: E402,F401
+from tpuperf_cli.model.config import (  # noqa: E402,F401
+    DEGREE_SCALE,
+    GNNS,
+    MINOR_TOKENS,
+    NODES_SCALE,
+    REDUCTIONS,
+    NetConfig,
+)
 from tpuperf_cli.records import NODE_FEATURES  # noqa: E402
 
 if TYPE_CHECKING:
@@ -165,15 +175,16 @@ class Net(nn.Module):
         self.embed = nn.Embedding(cfg.num_opcodes, cfg.opcode_dim)
         with torch.no_grad():
             self.embed.weight[0].zero_()          # "unknown" opcodes start neutral
-        self.f1 = mlp(cfg.opcode_dim + cfg.in_features + cfg.node_counts, cfg.hidden, cfg.hidden,
-                      cfg.dropout)
+        self.minor = nn.Embedding(MINOR_TOKENS, cfg.minor_dim) if cfg.minor_dim else None
+        self.f1 = mlp(cfg.opcode_dim + cfg.in_features + cfg.node_counts + cfg.minor_dim, cfg.hidden,
+                      cfg.hidden, cfg.dropout)
         layer = {"sage": SageLayer, "gat": GatLayer}.get(cfg.gnn)
         n_layers = cfg.layers if layer else 0
         self.layers = nn.ModuleList([layer(cfg) for _ in range(n_layers)])
         self.reduce = Reduction(cfg)
         k = cfg.in_features - NODE_FEATURES if cfg.kernel_head else 0   # kernel + config features
-        self.head = mlp(self.reduce.width + cfg.graph_counts + k, cfg.hidden, 1, cfg.dropout,
-                        final_act=False)
+        self.head = mlp(self.reduce.width + cfg.graph_counts + k + cfg.minor_dim, cfg.hidden, 1,
+                        cfg.dropout, final_act=False)
         self.skip = nn.Linear(k, 1) if k else None
 
     def forward(self, batch):
@@ -182,6 +193,9 @@ class Net(nn.Module):
         if self.cfg.counts:
             degrees = torch.stack([batch["g_in"].in_degrees(), batch["g_out"].in_degrees()], dim=1)
             parts.append(torch.log1p(degrees.to(batch["x"].dtype)) / DEGREE_SCALE)
+        minor = self.minor(batch["minor"]) if self.minor is not None else None      # (B, M)
+        if minor is not None:
+            parts.append(torch.repeat_interleave(minor, batch["n_nodes"], dim=0))
         h = self.f1(torch.cat(parts, dim=1))                                         # (N, H)
         for layer in self.layers:
             h = layer(batch["g_in"], batch["g_out"], h)
@@ -189,10 +203,11 @@ class Net(nn.Module):
         if self.cfg.counts:
             nodes = torch.log1p(batch["n_nodes"].to(r.dtype)) / NODES_SCALE
             r = torch.cat([r, nodes.unsqueeze(1)], dim=1)
+        tail = [minor] if minor is not None else []
         if self.skip is None:
-            return self.head(r).squeeze(1)                                           # (B,)
+            return self.head(torch.cat([r] + tail, dim=1)).squeeze(1)                # (B,)
         k = batch["kernel_x"]                                                        # (B, K)
-        return (self.head(torch.cat([r, k], dim=1)) + self.skip(k)).squeeze(1)       # (B,)
+        return (self.head(torch.cat([r, k] + tail, dim=1)) + self.skip(k)).squeeze(1)  # (B,)
 
 
 class EnsembleNet(nn.Module):
@@ -218,6 +233,7 @@ def to_device(b: "Batch", device: str = "cpu") -> dict:
         "x": t(b.x),
         "n_nodes": t(b.n_nodes).long(),
         "kernel_x": t(b.kernel_x),
+        "minor": t(b.minor).long(),
         "g_in": dgl.graph((t(b.in_src).long(), t(b.in_dst).long()), num_nodes=n),
         "g_out": dgl.graph((t(b.out_src).long(), t(b.out_dst).long()), num_nodes=n),
     }

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tpuperf_cli.model.config import minor_tokens
 from tpuperf_cli.records import (
     CONFIG_FEAT,
     CONFIG_FEATURES,
@@ -137,6 +138,7 @@ def parts_batch(parts: Parts, scaler: Scaler, lut: np.ndarray, neighbors: int, s
     node = _slog(parts.node)
     node -= scaler.lo[:nf]
     node *= scaler.inv[:nf]
+    b.minor = minor_tokens(parts.kc[:, :scaler.kernel_features])
     kc = (_slog(parts.kc) - scaler.lo[nf:]) * scaler.inv[nf:]
     b.kernel_x = kc.astype(np.float32)
     if full_x:

@@ -404,6 +404,10 @@ class TrainingRun:
         self.local_batch = self.dist.local_batch(opts.batch_size)
         net_cfg.in_features = scaler.width
         net_cfg.num_opcodes = max(net_cfg.num_opcodes, max(scaler.opcodes, default=0) + 1)
+        try:
+            net_cfg.check()                  # now with the data's features (--minor-embedding's)
+        except ValueError as e:
+            raise TpuperfError(str(e), exit_code=2) from None
         torch.manual_seed(opts.seed)
         self.net = Net(net_cfg).to(opts.device)
         # foreach: a few calls over all the tensors a step, not a dozen per
