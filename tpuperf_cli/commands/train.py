@@ -164,9 +164,9 @@ def _source_weights(ctx, param, values) -> dict:
               help="Give the kernel's output minor dim (kernel feature 16, output_minor_dim) an "
                    "embedding of this width, one per size from 0 to 128 and one for larger, "
                    "joining every node's input and the final layer's: XLA:CPU's elementwise "
-                   "loops run about 7x slower an element at a minor dim of 9 to 34 than at 8 or "
-                   "35, a step the log-scaled feature hides. 0: none. Needs --kernel-features 16 "
-                   "or more.")
+                   "loops run 7 to 15 times slower an element at a minor dim of 9 to 34 than at "
+                   "8 or 35 and above (two machines), a step the log-scaled feature hides. "
+                   "0: none. Needs --kernel-features 16 or more.")
 @click.option("--normalize/--no-normalize", default=True, show_default=True,
               help="L2-normalise node embeddings after each GNN layer.")
 @click.option("--kernel-head/--no-kernel-head", default=True, show_default=True,

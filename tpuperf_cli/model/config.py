@@ -21,9 +21,10 @@ NODES_SCALE = math.log(1 + 1024)
 # --minor-embedding: the kernel's output_minor_dim (a kernel feature) as a
 # token with an embedding of its own, 0 to MINOR_MAX each their own, larger
 # ones one more. Log-scaled, 32 and 36 sit 0.009 apart in the network's
-# input, yet XLA:CPU's elementwise loops run about 7x slower an element at a
-# minor dim of 9 to 34 than at 8 or 35 and above (on the two machines the
-# corpus was measured on); a scalar cannot carry such a step.
+# input, yet XLA:CPU's elementwise loops run 7 to 15 times slower an element
+# at a minor dim of 9 to 34 than at 8 or 35 and above (on the two machines
+# the corpus was measured on, README "Records"); a scaled scalar cannot
+# carry such a step.
 MINOR_FEATURE = KERNEL_FEATURES.index("output_minor_dim")
 MINOR_MAX = 128
 MINOR_TOKENS = MINOR_MAX + 2
