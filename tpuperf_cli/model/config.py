@@ -34,8 +34,8 @@ def minor_tokens(kernel_feat: np.ndarray) -> np.ndarray:
     """The --minor-embedding token of each row of raw (unscaled) kernel
     features (B, K): output_minor_dim clipped to [0, MINOR_MAX + 1], 0 for
     rows too short to hold it."""
-    if kernel_feat.ndim != 2 or kernel_feat.shape[1] <= MINOR_FEATURE:
-        return np.zeros(kernel_feat.shape[0] if kernel_feat.ndim else 0, np.int64)
+    if kernel_feat.shape[1] <= MINOR_FEATURE:
+        return np.zeros(kernel_feat.shape[0], np.int64)
     v = np.nan_to_num(kernel_feat[:, MINOR_FEATURE].astype(np.float64), nan=0.0)
     return np.clip(np.rint(v), 0, MINOR_MAX + 1).astype(np.int64)
 
