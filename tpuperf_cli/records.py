@@ -135,14 +135,18 @@ NODE_FEATURES = 140
 # bytes and the bytes of the minor dim it keeps (0 when it sums that dim),
 # with their alignment: XLA:CPU's column sums keeping 32 or 64 floats run
 # 2x slower a byte than those keeping 48 to 72 at 0.1 to 1 MB, 3.6x to
-# 6.2x at 3 to 5 MB
+# 6.2x at 3 to 5 MB. minor_loop_unrolled: 1 where LLVM unrolls an
+# elementwise loop's short minor-most loop whole and vectorizes across rows
+# with gathers (hlo/cost.py): 0.9 ns an element against 0.14 at the same
+# minor dims in the corpus, a step which the minor dim alone does not say
 KERNEL_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "output_bytes",
                    "matmul_batch", "matmul_m", "matmul_n", "matmul_k",
                    "matmul_m_align", "matmul_n_align", "matmul_k_align",
                    "matmul_lhs_k_minor", "matmul_rhs_k_minor", "relayout_bytes",
                    "output_minor_dim", "output_minor_align", "indexed_slices",
                    "touched_bytes", "relayout_stride", "relayout_stride_align",
-                   "reduce_bytes", "reduce_kept_minor_bytes", "reduce_kept_minor_align")
+                   "reduce_bytes", "reduce_kept_minor_bytes", "reduce_kept_minor_align",
+                   "minor_loop_unrolled")
 # what featurize wrote before the matmul_* features (2026-11-25)
 BASE_KERNEL_FEATURES = 5
 # The three bound lists of a tile configuration, in the order TpuGraphs lays

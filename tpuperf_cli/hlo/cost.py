@@ -411,6 +411,46 @@ def output_minor_dim(shape) -> int:
     return int(shape.dims[shape.layout[0]])
 
 
+# Instructions of a loop kernel that cost no work of their own in its loop
+# body (minor_loop_unrolled counts the others), and those it may hold at all:
+# a reduce, dot, copy or transpose is emitted as another kind of loop.
+_LOOP_FREE = frozenset({"parameter", "constant", "broadcast", "bitcast", "reshape", "tuple",
+                        "get-tuple-element"})
+_LOOP_OPS = ELEMENTWISE | _LOOP_FREE | frozenset({
+    "iota", "slice", "concatenate", "pad", "dynamic-slice", "dynamic-update-slice", "reverse",
+    "gather", "fusion"})
+# Fitted on the corpus's generated kernels alone (not its programs): the
+# loop is unrolled when minor dim x (UNROLL_BASE + ops) <= UNROLL_LIMIT.
+UNROLL_BASE, UNROLL_LIMIT = 2, 108
+
+
+def minor_loop_unrolled(module: Module, comp, root) -> int:
+    """1 where the kernel is an elementwise loop (an unfused elementwise op
+    or a loop fusion of them, with broadcasts, slices and their kin) whose
+    minor-most loop LLVM unrolls whole, else 0. XLA:CPU emits one loop per
+    dim of the result; when the innermost one is short and its body small,
+    LLVM unrolls it and vectorizes the loop around it instead, with gathers
+    and scatters across rows: f32[16,8,8,32] maximum(x, 0) ran at 1.1 ns an
+    element, the same with a bias added (a bigger body, not unrolled) at
+    0.2, and f32[16,8,8,64] maximum(x, 0) at 0.13. The rule: a minor dim
+    over 8 (8 or fewer vectorize as one row) times UNROLL_BASE plus the
+    body's ops (instructions but parameters, constants, broadcasts and
+    reshapes) at most UNROLL_LIMIT. Of the f32 elementwise loop fusions of
+    20,000 elements or more with a minor dim of 9 to 40 in the programs of
+    the corpus measured on an AMD EPYC family 25 model 17 (2026-12-06),
+    those it marks ran at a median 0.90 ns an element (125), the others
+    0.14 (327)."""
+    if root.opcode == "fusion" and root.attrs.get("kind", "").strip() != "kLoop":
+        return 0
+    ops = 0
+    for _, ins in _kernel_instructions(module, comp):
+        if ins.opcode not in _LOOP_OPS:
+            return 0
+        ops += ins.opcode not in _LOOP_FREE
+    minor = output_minor_dim(root.shape)
+    return int(8 < minor and minor * (UNROLL_BASE + ops) <= UNROLL_LIMIT)
+
+
 def indexed_slices(module: Module, comp) -> int:
     """How many slices the kernel's gathers and scatters address (their
     index tuples: the indices' elements over the index vector's size), in
@@ -745,7 +785,8 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     "matmul_lhs_k_minor", "matmul_rhs_k_minor", "relayout_bytes",
     "output_minor_dim", "output_minor_align", "indexed_slices",
     "touched_bytes", "relayout_stride", "relayout_stride_align",
-    "reduce_bytes", "reduce_kept_minor_bytes", "reduce_kept_minor_align"} (ints,
+    "reduce_bytes", "reduce_kept_minor_bytes", "reduce_kept_minor_align",
+    "minor_loop_unrolled"} (ints,
     floats for the halves of triangular-solve and cholesky). flops and
     transcendentals are summed over every instruction of the ENTRY
     computation (parameters cost nothing), as XLA's
@@ -759,7 +800,8 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     counts them; touched_bytes as touched_bytes() counts them;
     relayout_stride as relayout_stride(), reduce_bytes and
     reduce_kept_minor_bytes as reduce_shape(), and the *_align ones their
-    alignment() up to MAX_STRIDE_ALIGN_LOG2.
+    alignment() up to MAX_STRIDE_ALIGN_LOG2, and minor_loop_unrolled as
+    minor_loop_unrolled() finds it.
     Raises CostError for a module it cannot cost.
     """
     an = _Analysis(module)
@@ -792,7 +834,8 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
                                       indexed_slices(module, comp),
                                       touched_bytes(module, comp, an),
                                       stride, alignment(stride, MAX_STRIDE_ALIGN_LOG2),
-                                      reduced, kept, alignment(kept, MAX_STRIDE_ALIGN_LOG2))))
+                                      reduced, kept, alignment(kept, MAX_STRIDE_ALIGN_LOG2),
+                                      minor_loop_unrolled(module, comp, root))))
 
 
 def computation_cost(module: Module, name: str) -> tuple[int | float, int | float]:
