@@ -666,16 +666,5 @@ ENTRY e {
 }
 """)
     assert unfused["minor_loop_unrolled"] == 1
-    # a reduce in the loop body is not an elementwise loop
-    assert cost("""HloModule r
-add {
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT s = f32[] add(a, b)
-}
-ENTRY e {
-  x = f32[64,16,4]{2,1,0} parameter(0)
-  z = f32[] constant(0)
-  ROOT r = f32[64,16]{1,0} reduce(x, z), dimensions={2}, to_apply=add
-}
-""")["minor_loop_unrolled"] == 0
+    # a copy in the loop body (a relayout's loop) is not an elementwise loop
+    assert loop_fusion("16,8,8,32", "  ROOT m = f32[16,8,8,32]{3,2,1,0} copy(p)") == 0
