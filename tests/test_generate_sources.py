@@ -1,7 +1,8 @@
-"""tpuperf generate's fusions, sweeps, heavy and indexed sources: kernel
-records drawn from programs (fusion groups XLA:CPU makes one kernel of),
-from the example programs rebuilt at other sizes, large convolutions and
-dots, and gathers and scatters of many small slices."""
+"""tpuperf generate's fusions, sweeps, heavy, indexed and layers sources:
+kernel records drawn from programs (fusion groups XLA:CPU makes one kernel
+of), from the example programs rebuilt at other sizes, large convolutions
+and dots, gathers and scatters of many small slices, and the convolutions
+of convolution layers' training steps."""
 
 import itertools
 import math
@@ -12,7 +13,17 @@ from pathlib import Path
 import pytest
 
 from tpuperf_cli.errors import TpuperfError
-from tpuperf_cli.generate import driver, fusions, heavy, indexed, ops, source, sweeps, variants
+from tpuperf_cli.generate import (
+    driver,
+    fusions,
+    heavy,
+    indexed,
+    layers,
+    ops,
+    source,
+    sweeps,
+    variants,
+)
 from tpuperf_cli.hlo.compilable import compilable_module
 from tpuperf_cli.hlo.compile import optimize
 from tpuperf_cli.hlo.cost import kernel_cost
@@ -60,6 +71,7 @@ def test_sources_are_registered():
     assert source("heavy") is heavy.generate
     assert source("variants") is variants.generate
     assert source("indexed") is indexed.generate
+    assert source("layers") is layers.generate
 
 
 def test_fusions_records_are_single_kernels_and_deterministic():
@@ -423,6 +435,70 @@ def test_indexed_draws_the_three_forms_within_the_caps():
             forms.add("row")
             assert indexed.ROW_WIDTH[0] <= moved <= indexed.ROW_WIDTH[1]
     assert forms == {"one", "row", "point"}
+
+
+# ---------------------------------------------------------------- layers
+
+def test_layers_records_are_the_convolutions_of_layers_training_steps():
+    """Every record is a kernel of a compiled training step that runs a
+    convolution, the same for the same seed; among a few dozen are the
+    forms XLA:CPU runs through its naive loop nest, which the other
+    sources lack at these sizes: 3-D convolutions, the window-reversed
+    filter gradients of strided and transposed layers, grouped ones."""
+    def records(seed, n):
+        return take((r for r in layers.generate(seed, [], print) if not isinstance(r, str)), n)
+
+    first, again = records(0, 40), records(0, 40)
+    assert [r[FINGERPRINT] for r in first] == [r[FINGERPRINT] for r in again]
+    for r in first:
+        assert r[SOURCE] == "layers" and " convolution(" in r[HLO]
+        kind, rank = re.fullmatch(r"layers:(\w+)-([123])d", r[PROGRAM]).groups()
+        assert kind in layers.KINDS
+        assert kernel_cost(parse_module(r[HLO], "record"))["flops"] > 0
+    texts = [r[HLO] for r in first]
+    assert any("rhs_reversal" in t for t in texts)
+    assert any("b012f" in t for t in texts)              # 3-D
+    assert any("feature_group_count" in t for t in texts)
+    assert any("lhs_dilate" in t for t in texts)         # a strided layer's input gradient
+    assert_one_kernel(next(r for r in first if "rhs_reversal" in r[HLO]))
+
+
+def test_layers_draws_every_kind_and_rank_within_the_caps():
+    r = random.Random(0)
+    drawn = [x for x in (layers.draw_layer(r) for _ in range(3000)) if x is not None]
+    assert len(drawn) >= 300
+    assert {x["kind"] for x in drawn} == set(layers.KINDS)
+    assert {x["rank"] for x in drawn} == {1, 2, 3}
+    assert {x["dtype"] for x in drawn} == {"f32", "bf16"}
+    for x in drawn:
+        assert x["cin"] % x["groups"] == 0 and x["cout"] % x["groups"] == 0, x
+        if x["kind"] == "depthwise":
+            assert x["groups"] == x["cin"]
+        assert x["stride"] == (2 if x["kind"] in ("strided", "transposed") else 1)
+        assert x["batch"] * x["cin"] * math.prod(x["spatial"]) <= layers.MAX_ELEMENTS
+
+
+def test_layers_keeps_no_kernel_too_slow_to_measure():
+    """A grouped layer's filter gradient, which XLA writes with the feature
+    dim lhs-dilated, runs up to 520,000 ps a flop: 1.1e7 flops of it took
+    5.5 s. The same flops of an Eigen convolution take about a millisecond."""
+    grouped_grad = ("ROOT %c = f32[1,3,3,128,2]{4,3,2,1,0} convolution(%a, %b), "
+                    "window={size=10x10x128 stride=1x1x127 lhs_dilate=1x1x128}, "
+                    "dim_labels=b012f_012io->b012f, feature_group_count=128")
+    assert layers.kernel_form(grouped_grad) == "grouped, lhs-dilated"
+    assert layers.kernel_form(grouped_grad.replace(" lhs_dilate=1x1x128", "")) == "grouped"
+    assert layers.kernel_form("ROOT %c = f32[4,8,8,8,16]{4,3,2,1,0} convolution(%a, %b), "
+                              "window={size=3x3x3}, dim_labels=b012f_012io->b012f") == "naive"
+    transposed_grad = ("ROOT %c = f32[3,5,5,24]{3,2,1,0} convolution(%a, %b), window={size=18x18 "
+                       "rhs_dilate=2x2 rhs_reversal=1x1}, dim_labels=01fb_o01i->f01b")
+    assert layers.kernel_form(transposed_grad) == "naive"
+    assert layers.kernel_form("ROOT %c = f32[4,8,8,16]{3,2,1,0} convolution(%a, %b), "
+                              "window={size=3x3 lhs_dilate=2x2}, dim_labels=b01f_01io->b01f") == "eigen"
+    rate = layers.SLOWEST_PS
+    assert 1.1e7 * rate["grouped, lhs-dilated"] * 1e-12 > layers.MAX_SECONDS
+    assert 1.1e7 * rate["eigen"] * 1e-12 < layers.MAX_SECONDS / 10
+    records = [r for r in take(layers.generate(1, [], print), 40) if not isinstance(r, str)]
+    assert records and not any(layers.slow_to_measure(r) for r in records)
 
 
 def drawn_op(record):

@@ -82,6 +82,17 @@ candidate each):
            maximum or assign; compiled by XLA:CPU first. Draws from no
            programs and never ends. Records: program indexed:gather or
            indexed:scatter.
+  layers   the convolutions of one convolution layer's training step
+           (forward, input gradient, filter gradient), built in JAX at
+           random shapes and compiled by XLA:CPU: 1-D, 2-D and 3-D,
+           plain, strided, dilated, transposed, grouped or depthwise,
+           f32 or bf16, 1e5 to 2e8 forward flops; a kernel that may take
+           over 0.1 s a run is dropped (counted as failed). It holds the
+           forms XLA:CPU runs through its naive loop nest (3-D,
+           window-reversed filter gradients, groups), which ops caps at
+           2e6 flops and heavy never draws; needs jax. Draws from no
+           programs and never ends.
+           Records: program layers:KIND-RANKd (layers:transposed-2d).
 
 A source whose module this build lacks is refused with "source NAME is
 not available in this build".

@@ -38,6 +38,7 @@ SOURCES = {
     "ops": "ops",
     "heavy": "heavy",
     "indexed": "indexed",
+    "layers": "layers",
 }
 
 

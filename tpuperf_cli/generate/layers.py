@@ -1,0 +1,230 @@
+"""The `layers` source: the convolutions of one convolution layer's training
+step (its forward pass and both gradients), built in JAX at random shapes
+and compiled by XLA:CPU, so that the records are the kernels XLA emits for
+a model's layer.
+
+A program's time goes to its convolutions, and XLA:CPU runs them two ways:
+plain f32 1-D and 2-D convolutions through Eigen (10 to 40 ps a flop on the
+AMD EPYC family 25 model 17 of 2026-12-06), the rest through a naive loop
+nest: 3-D convolutions (conv3d's at 57 to 520 ps a flop), the filter
+gradients of transposed and strided convolutions, whose window is reversed
+and dilated (dcgan's and unet's at 220 to 550), grouped and depthwise ones
+(mbconv's at 2,800 to 20,000). `ops` caps those naive forms at 2e6 flops
+and never reverses a window, `heavy` draws only Eigen's forms, and
+`sweeps` draws them from the example programs, which a split's held-out
+families take with them: the family folds' model put conv3d's and dcgan's
+largest convolutions at 0.17x to 0.4x their time (README, "The bundled
+model").
+
+A layer is drawn as models write them: 1-D, 2-D or 3-D (NWC, NHWC or
+NDHWC, NCHW-style at times), channel counts round mostly (3, or a multiple
+of 8), a window of 1 to 7 taps (3 mostly; 1 or 3 in 3-D), and one of six
+kinds: plain, strided (2), dilated (2 or 4), transposed (stride 2, as
+DCGAN's and U-Net's upsampling), grouped (2 to 32 groups) or depthwise
+(MobileNet's, 1 or 2 outputs a channel); f32 mostly, bf16 at times. The
+forward pass is 1e6 to 2e8 flops (log-uniform; 3-D and transposed layers
+at most 1e8, grouped ones 1e5 to 2e7), its arrays at most 16M elements.
+A kernel that may take over MAX_SECONDS (0.1 s) a run, its flops at the
+slowest rate seen for its form (SLOWEST_PS), is dropped and counted as a
+failure, since measure takes 30 samples of each; that drops the filter
+gradients of grouped layers, which XLA writes with the feature dim
+lhs-dilated and which ran at up to 520,000 ps a flop. The step returns the layer's output and the gradients of its
+input and filter for a given output gradient, so XLA writes three
+convolutions (the input gradient of a stride-2 layer lhs-dilated, the
+filter gradients' windows as large as the input); every kernel of the
+compiled step that runs a convolution is kept, fused or not.
+
+Records: program "layers:<kind>-<rank>d", e.g. "layers:transposed-2d".
+Draws from no programs; needs jax (`tpuperf generate` has it).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.generate import Failed
+from tpuperf_cli.records import SOURCE, Record
+
+SOURCE_NAME = "layers"
+KINDS = ("plain", "plain", "strided", "dilated", "transposed", "grouped", "depthwise")
+RANKS = (1, 2, 2, 2, 3, 3)
+DTYPES = ("f32", "f32", "f32", "bf16")
+CHANNELS = (3, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+# the forward pass's flops (log-uniform): grouped layers and the naive loop's
+# forms smaller, as they run 10x to 1,000x slower a flop
+FLOPS = {"grouped": (1e5, 2e7), "naive": (1e6, 1e8), "eigen": (1e6, 2e8)}
+MAX_ELEMENTS = 16 * 2**20
+# A kernel is kept when its flops at the slowest rate seen for its form (ps
+# a flop, the AMD EPYC family 25 model 17's first 238 kernels of this source,
+# 2026-12-06) take at most MAX_SECONDS: measure takes 30 samples of it. The
+# filter gradient of a grouped layer, which XLA writes with its feature dim
+# lhs-dilated, ran at up to 520,000 ps a flop (5.5 s for 1.1e7 flops).
+SLOWEST_PS = {"grouped, lhs-dilated": 6e5, "grouped": 1e4, "naive": 1e4, "eigen": 100}
+MAX_SECONDS = 0.1
+# spatial side per rank (log-uniform between): long 1-D sequences, small 3-D volumes
+SIDES = {1: (16, 4096), 2: (4, 128), 3: (4, 32)}
+# dimension numbers per rank (channels last, as jax models write them; or first)
+LAST = {1: ("NWC", "WIO", "NWC"), 2: ("NHWC", "HWIO", "NHWC"), 3: ("NDHWC", "DHWIO", "NDHWC")}
+FIRST = {1: ("NCW", "OIW", "NCW"), 2: ("NCHW", "OIHW", "NCHW"), 3: ("NCDHW", "OIDHW", "NCDHW")}
+
+
+def draw_layer(r: random.Random) -> dict | None:
+    """One layer's settings, or None when the draw's size is out of range
+    (the caller draws again)."""
+    kind, rank = r.choice(KINDS), r.choice(RANKS)
+    dtype = r.choice(DTYPES)
+    taps = r.choice((1, 3, 3) if rank == 3 else (1, 3, 3, 3, 5, 7))
+    if kind in ("dilated", "transposed", "depthwise") and taps == 1:
+        taps = 3
+    lo, hi = SIDES[rank]
+    side = round(math.exp(r.uniform(math.log(lo), math.log(hi))))
+    spatial = [side] * rank
+    if rank == 3 and r.random() < 0.5:
+        spatial[0] = max(2, side // r.choice((2, 4)))      # fewer frames than pixels
+    batch = round(math.exp(r.uniform(0, math.log(32))))
+    cin, cout = r.choice(CHANNELS[1:]), r.choice(CHANNELS)
+    if r.random() < 0.1:
+        cin = 3                                              # an image's first layer
+    groups = 1
+    if kind == "grouped":
+        groups = r.choice([g for g in (2, 4, 8, 16, 32) if cin % g == 0] or [1])
+        cout = max(groups, cout // groups * groups)
+    elif kind == "depthwise":
+        groups, cout = cin, cin * r.choice((1, 1, 2))
+    stride = 2 if kind in ("strided", "transposed") else 1
+    dilation = r.choice((2, 4)) if kind == "dilated" else 1
+    if any(s < (taps - 1) * dilation + 1 for s in spatial):
+        return None
+    out = [s * 2 if kind == "transposed" else -(-s // stride) for s in spatial]
+    # the forward pass's multiply-adds; a transposed layer's input is the small side
+    positions = math.prod(spatial if kind == "transposed" else out)
+    flops = 2 * batch * positions * cout * taps ** rank * (cin // groups)
+    elements = max(batch * cin * math.prod(spatial), batch * cout * math.prod(out),
+                   taps ** rank * cin * cout // groups)
+    lo, hi = FLOPS["grouped" if groups > 1 else "naive" if rank == 3 or kind == "transposed"
+                  else "eigen"]
+    if not lo <= flops <= hi or elements > MAX_ELEMENTS:
+        return None
+    return dict(kind=kind, rank=rank, dtype=dtype, taps=taps, spatial=spatial, batch=batch,
+                cin=cin, cout=cout, groups=groups, stride=stride, dilation=dilation,
+                channels_first=r.random() < 0.2, padding=r.choice(("SAME", "SAME", "VALID")))
+
+
+def step_text(layer: dict) -> str:
+    """The optimized HLO text XLA:CPU makes of the layer's training step:
+    (output, input gradient, filter gradient) of (input, filter, output
+    gradient)."""
+    import jax
+    import jax.numpy as jnp
+
+    from tpuperf_cli.generate.fusions import FAST_COMPILE
+
+    rank, kind = layer["rank"], layer["kind"]
+    dims = (FIRST if layer["channels_first"] else LAST)[rank]
+    dtype = jnp.dtype({"f32": "float32", "bf16": "bfloat16"}[layer["dtype"]])
+    taps = [layer["taps"]] * rank
+    w_shape = {"I": layer["cin"] // layer["groups"], "O": layer["cout"]}
+    if kind == "transposed":
+        w_shape = {"I": layer["cin"], "O": layer["cout"]}
+
+    def array(spec, n, c, spatial):
+        sizes = iter(spatial)
+        return tuple(n if ch == "N" else c if ch == "C" else next(sizes) for ch in spec)
+
+    x_shape = array(dims[0], layer["batch"], layer["cin"], layer["spatial"])
+    w_dims = iter(taps)
+    w_full = tuple(w_shape[ch] if ch in "IO" else next(w_dims) for ch in dims[1])
+
+    def conv(x, w):
+        if kind == "transposed":
+            return jax.lax.conv_transpose(x, w, (2,) * rank, layer["padding"],
+                                          dimension_numbers=dims)
+        return jax.lax.conv_general_dilated(
+            x, w, (layer["stride"],) * rank, layer["padding"],
+            rhs_dilation=(layer["dilation"],) * rank, dimension_numbers=dims,
+            feature_group_count=layer["groups"])
+
+    x = jax.ShapeDtypeStruct(x_shape, dtype)
+    w = jax.ShapeDtypeStruct(w_full, dtype)
+    y = jax.eval_shape(conv, x, w)
+
+    def step(x, w, g):
+        out, vjp = jax.vjp(conv, x, w)
+        dx, dw = vjp(g)
+        return out, dx, dw
+
+    with jax.default_device(jax.devices("cpu")[0]):
+        lowered = jax.jit(step).lower(x, w, jax.ShapeDtypeStruct(y.shape, dtype))
+        return lowered.compile(compiler_options=FAST_COMPILE).as_text()
+
+
+def kernel_form(text: str) -> str:
+    """Which of SLOWEST_PS's forms a kernel's convolution takes."""
+    conv = next(line for line in text.splitlines() if " convolution(" in line)
+    if "group_count=" in conv:
+        return "grouped, lhs-dilated" if "lhs_dilate=" in conv else "grouped"
+    labels = re.search(r"dim_labels=(\w+)_", conv)
+    if "rhs_reversal=" in conv or (labels and len(labels.group(1)) > 4):   # 3-D
+        return "naive"
+    return "eigen"
+
+
+def slow_to_measure(record: Record) -> bool:
+    """Whether a kernel may take over MAX_SECONDS a run (SLOWEST_PS)."""
+    from tpuperf_cli.hlo.cost import kernel_cost
+    from tpuperf_cli.hlo.parser import parse_module
+
+    flops = kernel_cost(parse_module(record["hlo"], "<layers kernel>"))["flops"]
+    return flops * SLOWEST_PS[kernel_form(record["hlo"])] * 1e-12 > MAX_SECONDS
+
+
+def layer_name(layer: dict) -> str:
+    return f"{layer['kind']}-{layer['rank']}d"
+
+
+def generate(seed: int, programs: Sequence[str], log: Callable[[str], None]) -> Iterator[Record]:
+    """Kernel records of the convolutions of random layers' training steps,
+    forever (see the module docstring). programs: unused (this source draws
+    from none)."""
+    from tpuperf_cli.hlo.parser import parse_module
+    from tpuperf_cli.hlo.split import kernel_records
+
+    try:
+        import jax  # noqa: F401
+    except ImportError as e:
+        raise TpuperfError(f"--source {SOURCE_NAME}: needs jax ({e})") from None
+    r = random.Random(f"{SOURCE_NAME}:{seed}")
+    layers = kernels = 0
+    t0 = time.monotonic()
+    while True:
+        layer = draw_layer(r)
+        if layer is None:
+            continue
+        name = layer_name(layer)
+        try:
+            text = step_text(layer)
+        except Exception as e:  # a layer jax or XLA cannot take: count it, say why
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+            yield Failed(f"{name} {layer['spatial']}: {first}")
+            continue
+        module = parse_module(text, f"layers:{name}")
+        records = [k for k in kernel_records(module, program=f"{SOURCE_NAME}:{name}")
+                   if " convolution(" in k["hlo"]]
+        slow = [k for k in records if slow_to_measure(k)]
+        if slow:
+            yield Failed(f"{name}: {len(slow)} kernel(s) may take over {MAX_SECONDS} s a run")
+            records = [k for k in records if k not in slow]
+        layers += 1
+        kernels += len(records)
+        if layers % 20 == 0:
+            elapsed = time.monotonic() - t0
+            log(f"layers: {layers} layers, {kernels} convolution kernels, "
+                f"{layers / elapsed:.1f} layers/s")
+        for record in records:
+            record[SOURCE] = SOURCE_NAME
+            yield record
