@@ -487,6 +487,15 @@ def test_layers_keeps_no_kernel_too_slow_to_measure():
                     "dim_labels=b012f_012io->b012f, feature_group_count=128")
     assert layers.kernel_form(grouped_grad) == "grouped, lhs-dilated"
     assert layers.kernel_form(grouped_grad.replace(" lhs_dilate=1x1x128", "")) == "grouped"
+    # XLA's rewrite of a depthwise layer's filter gradient: the groups a dim
+    # of their own, no group count left (it took 19 s)
+    rewritten = ("ROOT %c = f32[1,3,3,512,2]{4,3,2,1,0} convolution(%a, %b), "
+                 "window={size=5x5x512 stride=1x1x511 pad=1_1x1_1x0_0 lhs_dilate=1x1x512}, "
+                 "dim_labels=b012f_012io->b012f")
+    assert layers.kernel_form(rewritten) == "grouped, lhs-dilated"
+    # a 2-tap stride-2 layer's input gradient is no such rewrite: it is padded
+    assert layers.kernel_form("ROOT %c = f32[4,8,16]{2,1,0} convolution(%a, %b), "
+                              "window={size=2 pad=1_1 lhs_dilate=2}, dim_labels=b0f_0io->b0f") == "eigen"
     assert layers.kernel_form("ROOT %c = f32[4,8,8,8,16]{4,3,2,1,0} convolution(%a, %b), "
                               "window={size=3x3x3}, dim_labels=b012f_012io->b012f") == "naive"
     transposed_grad = ("ROOT %c = f32[3,5,5,24]{3,2,1,0} convolution(%a, %b), window={size=18x18 "

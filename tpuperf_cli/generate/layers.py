@@ -26,9 +26,10 @@ forward pass is 1e6 to 2e8 flops (log-uniform; 3-D and transposed layers
 at most 1e8, grouped ones 1e5 to 2e7), its arrays at most 16M elements.
 A kernel that may take over MAX_SECONDS (0.1 s) a run, its flops at the
 slowest rate seen for its form (SLOWEST_PS), is dropped and counted as a
-failure, since measure takes 30 samples of each; that drops the filter
-gradients of grouped layers, which XLA writes with the feature dim
-lhs-dilated and which ran at up to 520,000 ps a flop. The step returns the layer's output and the gradients of its
+failure, since measure takes 30 samples of each; that drops nearly all
+filter gradients of grouped layers, which XLA writes with the groups as a
+dim of their own, lhs-dilated, and which ran at up to 2.6e6 ps a flop
+(19 s for 7.6e6 flops). The step returns the layer's output and the gradients of its
 input and filter for a given output gradient, so XLA writes three
 convolutions (the input gradient of a stride-2 layer lhs-dilated, the
 filter gradients' windows as large as the input); every kernel of the
@@ -60,11 +61,11 @@ CHANNELS = (3, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 FLOPS = {"grouped": (1e5, 2e7), "naive": (1e6, 1e8), "eigen": (1e6, 2e8)}
 MAX_ELEMENTS = 16 * 2**20
 # A kernel is kept when its flops at the slowest rate seen for its form (ps
-# a flop, the AMD EPYC family 25 model 17's first 238 kernels of this source,
-# 2026-12-06) take at most MAX_SECONDS: measure takes 30 samples of it. The
-# filter gradient of a grouped layer, which XLA writes with its feature dim
-# lhs-dilated, ran at up to 520,000 ps a flop (5.5 s for 1.1e7 flops).
-SLOWEST_PS = {"grouped, lhs-dilated": 6e5, "grouped": 1e4, "naive": 1e4, "eigen": 100}
+# a flop, on the AMD EPYC family 25 model 17, 2026-12-06) take at most
+# MAX_SECONDS: measure takes 30 samples of it. The filter gradient of a
+# grouped layer, which XLA writes with the groups lhs-dilated, ran at up to
+# 2.6e6 ps a flop (19 s for 7.6e6 flops), so this drops nearly all of them.
+SLOWEST_PS = {"grouped, lhs-dilated": 1e6, "grouped": 1.5e4, "naive": 1e4, "eigen": 100}
 MAX_SECONDS = 0.1
 # spatial side per rank (log-uniform between): long 1-D sequences, small 3-D volumes
 SIDES = {1: (16, 4096), 2: (4, 128), 3: (4, 32)}
@@ -163,11 +164,34 @@ def step_text(layer: dict) -> str:
         return lowered.compile(compiler_options=FAST_COMPILE).as_text()
 
 
+def _window(conv: str) -> dict[str, list[str]]:
+    """A convolution line's window attribute, field by field, per dim."""
+    m = re.search(r"window=\{([^}]*)\}", conv)
+    fields = dict(item.split("=", 1) for item in m.group(1).split()) if m else {}
+    return {k: v.split("x") for k, v in fields.items()}
+
+
+def grouped_gradient(conv: str) -> bool:
+    """Whether a convolution is XLA's rewrite of a grouped layer's filter
+    gradient: the groups made a dim of their own, unpadded, lhs-dilated by
+    the group count, with a window and stride that take one element of
+    each group (size=5x5x512 stride=1x1x511 lhs_dilate=1x1x512)."""
+    w = _window(conv)
+    dims = len(w.get("size", []))
+    size = w.get("size", [])
+    stride, pad, dilate = (w.get(k, [d] * dims) for k, d in
+                           (("stride", "1"), ("pad", "0_0"), ("lhs_dilate", "1")))
+    return any(int(dilate[i]) > 1 and size[i] == dilate[i] and int(stride[i]) == int(dilate[i]) - 1
+               and pad[i] == "0_0" for i in range(dims))
+
+
 def kernel_form(text: str) -> str:
     """Which of SLOWEST_PS's forms a kernel's convolution takes."""
     conv = next(line for line in text.splitlines() if " convolution(" in line)
+    if ("group_count=" in conv and "lhs_dilate=" in conv) or grouped_gradient(conv):
+        return "grouped, lhs-dilated"
     if "group_count=" in conv:
-        return "grouped, lhs-dilated" if "lhs_dilate=" in conv else "grouped"
+        return "grouped"
     labels = re.search(r"dim_labels=(\w+)_", conv)
     if "rhs_reversal=" in conv or (labels and len(labels.group(1)) > 4):   # 3-D
         return "naive"
