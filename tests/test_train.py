@@ -461,6 +461,30 @@ def test_split_training_leaves_out_kernels_generated_from_held_out_programs(tmp_
     assert d["trained"]["programs"] == ["sweeps:synth0_b2", "synth0"]
 
 
+def test_split_training_says_how_many_records_no_list_names(tmp_path):
+    """A split written before a generator source existed ("layers") names
+    none of its kernels: they are left out, and train says so on stderr
+    rather than dropping them unsaid."""
+    rs = synthetic_records(n_programs=5, kernels=8, seed=6)
+    for r in rs:
+        if r["program"] in ("synth3", "synth4"):
+            r["program"] = f"layers:{r['program']}"
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"train": ["synth0", "synth1"], "valid": ["synth2"], "test": []}))
+    data = write_shards(tmp_path, rs)
+    msgs = []
+    train(data, tmp_path / "m.pt", NetConfig(**TINY), fast_opts(epochs=1), split=str(split),
+          progress=msgs.append)
+    warned = [m for m in msgs if "no list of" in m]
+    assert len(warned) == 1 and "16 records" in warned[0] and "16 of layers:*" in warned[0], msgs
+    msgs = []
+    split.write_text(json.dumps({"train": ["synth0", "synth1", "layers:*"], "valid": ["synth2"]}))
+    train(data, tmp_path / "m2.pt", NetConfig(**TINY), fast_opts(epochs=1), split=str(split),
+          progress=msgs.append)
+    assert not any("no list of" in m for m in msgs), msgs
+    assert "layers:synth3" in torch.load(tmp_path / "m2.pt", weights_only=True)["trained"]["programs"]
+
+
 def noise_valid(tmp_path):
     """A validation shard of noise: the validation loss soon stops improving."""
     recs = synthetic_records(n_programs=1, kernels=20, seed=4)

@@ -29,7 +29,10 @@ def _source_weights(ctx, param, values) -> dict:
                    "(`tpuperf split programs`, examples/splits/*.json): train on the 'train' "
                    "programs of --data (less any kernel generated from its 'valid' or 'test' "
                    "programs: a record whose origin is one of them) and "
-                   "validate on its 'valid' programs of --data (unless --valid is given).")
+                   "validate on its 'valid' programs of --data (unless --valid is given). "
+                   "Records of programs in none of its lists are left out, with a warning "
+                   "that counts them by program or source (\"layers:*\": a source the "
+                   "split's train list does not name).")
 @click.option("--task", type=click.Choice(["fusion", "tile"]), default="fusion", show_default=True,
               help="fusion: predict each kernel's runtime; tile: rank the configurations of each "
                    "kernel (records sharing program and kernel).")

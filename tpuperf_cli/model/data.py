@@ -153,6 +153,11 @@ class Corpus:
     held_out: programs no kept record may have been generated from (a
     split's valid and test programs): a record whose ORIGIN is one of them
     is left out and counted in `drawn_from_held_out`.
+    listed: every program a split names (its three lists), when programs
+    is its train list: records of a program in none of them are counted in
+    `unlisted` by program, or by source for generated ones ("layers:*"),
+    so that a split written before a source existed does not drop that
+    source's kernels unsaid.
     task: "fusion" (items are examples) or "tile" (items are a kernel's
     configurations, up to `configs` of them drawn per epoch).
     memory_mb: budget for decoded examples kept in memory; a corpus larger
@@ -166,11 +171,14 @@ class Corpus:
 
     def __init__(self, paths: Iterable[str], programs: Iterable[str] | None = None, task: str = "fusion",
                  memory_mb: float = 2048, configs: int = 16, interleave: int = 4, shuffle_items: int = 4096,
-                 shard: tuple[int, int] = (0, 1), held_out: Iterable[str] | None = None):
+                 shard: tuple[int, int] = (0, 1), held_out: Iterable[str] | None = None,
+                 listed: Iterable[str] | None = None):
         self.paths = list(paths)
         self.programs = ProgramSet(programs) if programs is not None else None
         self.held_out = ProgramSet(held_out) if held_out else None
         self.drawn_from_held_out = 0
+        self.listed = ProgramSet(listed) if listed is not None else None
+        self.unlisted = Counter()   # program, or "SOURCE:*" -> records in no list of the split
         self.task = task
         self.budget = int(memory_mb * (1 << 20))
         self.configs = configs
@@ -195,7 +203,10 @@ class Corpus:
         name = path
         index = self.paths.index(path) if self.world > 1 else 0   # spreads small shards' first records
         for number, record in enumerate(read_records(path), 1):
-            if self.programs is not None and str(record.get(PROGRAM, "")) not in self.programs:
+            program = str(record.get(PROGRAM, ""))
+            if self.programs is not None and program not in self.programs:
+                if self.listed is not None and not mine_only and program not in self.listed:
+                    self.unlisted[program.split(":")[0] + ":*" if ":" in program else program] += 1
                 continue
             if self.held_out is not None and drawn_from(record, self.held_out):
                 if not mine_only:       # counted on the scan, not again every streamed epoch

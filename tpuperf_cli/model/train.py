@@ -226,7 +226,8 @@ def load_data(data: Sequence[str], valid: Sequence[str] | None, split: str | Non
         programs = s["train"] + ([f"{TEACHER_SOURCE}:*"] if opts.teacher_data else [])
         valid_programs = s["valid"]
         held = s["valid"] + s["test"]
-    train_set = Corpus(paths, programs, opts.task, opts.memory_mb, opts.configs, shard=shard, held_out=held)
+    train_set = Corpus(paths, programs, opts.task, opts.memory_mb, opts.configs, shard=shard,
+                       held_out=held, listed=programs + held if split else None)
     if scaler is None:
         scaler = Scaler(opts.kernel_features or None, opts.label_floor_ns)
         train_set.scan(scaler)
@@ -246,6 +247,12 @@ def load_data(data: Sequence[str], valid: Sequence[str] | None, split: str | Non
     elif valid_programs:
         valid_set = Corpus(paths, valid_programs, opts.task, opts.memory_mb, opts.configs,
                            shard=shard).scan(kernel_features=scaler.kernel_features)
+    if train_set.unlisted:
+        most = train_set.unlisted.most_common()
+        named = ", ".join(f"{n} of {p}" for p, n in most[:4]) + (", ..." if len(most) > 4 else "")
+        progress(f"train: warning: {sum(train_set.unlisted.values())} records of programs in no "
+                 f"list of {split} left out ({named}); add them to its train list to learn "
+                 f"from them")
     if valid_set is not None and valid_set.examples == 0:
         progress("train: warning: no validation examples; training all epochs without early stopping")
         valid_set = None
