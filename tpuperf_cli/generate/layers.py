@@ -128,18 +128,16 @@ def step_text(layer: dict) -> str:
     rank, kind = layer["rank"], layer["kind"]
     dims = (FIRST if layer["channels_first"] else LAST)[rank]
     dtype = jnp.dtype({"f32": "float32", "bf16": "bfloat16"}[layer["dtype"]])
-    taps = [layer["taps"]] * rank
-    w_shape = {"I": layer["cin"] // layer["groups"], "O": layer["cout"]}
-    if kind == "transposed":
-        w_shape = {"I": layer["cin"], "O": layer["cout"]}
 
-    def array(spec, n, c, spatial):
-        sizes = iter(spatial)
-        return tuple(n if ch == "N" else c if ch == "C" else next(sizes) for ch in spec)
+    def shape(spec, named, spatial):
+        """An array's dims in its dimension-number string's order."""
+        rest = iter(spatial)
+        return tuple(named[ch] if ch in named else next(rest) for ch in spec)
 
-    x_shape = array(dims[0], layer["batch"], layer["cin"], layer["spatial"])
-    w_dims = iter(taps)
-    w_full = tuple(w_shape[ch] if ch in "IO" else next(w_dims) for ch in dims[1])
+    x_shape = shape(dims[0], {"N": layer["batch"], "C": layer["cin"]}, layer["spatial"])
+    # a filter's input channels are one group's (a transposed layer has no groups)
+    w_shape = shape(dims[1], {"I": layer["cin"] // layer["groups"], "O": layer["cout"]},
+                    [layer["taps"]] * rank)
 
     def conv(x, w):
         if kind == "transposed":
@@ -151,7 +149,7 @@ def step_text(layer: dict) -> str:
             feature_group_count=layer["groups"])
 
     x = jax.ShapeDtypeStruct(x_shape, dtype)
-    w = jax.ShapeDtypeStruct(w_full, dtype)
+    w = jax.ShapeDtypeStruct(w_shape, dtype)
     y = jax.eval_shape(conv, x, w)
 
     def step(x, w, g):
@@ -177,12 +175,11 @@ def grouped_gradient(conv: str) -> bool:
     the group count, with a window and stride that take one element of
     each group (size=5x5x512 stride=1x1x511 lhs_dilate=1x1x512)."""
     w = _window(conv)
-    dims = len(w.get("size", []))
     size = w.get("size", [])
-    stride, pad, dilate = (w.get(k, [d] * dims) for k, d in
+    stride, pad, dilate = (w.get(k, [default] * len(size)) for k, default in
                            (("stride", "1"), ("pad", "0_0"), ("lhs_dilate", "1")))
-    return any(int(dilate[i]) > 1 and size[i] == dilate[i] and int(stride[i]) == int(dilate[i]) - 1
-               and pad[i] == "0_0" for i in range(dims))
+    return any(int(d) > 1 and k == d and int(s) == int(d) - 1 and p == "0_0"
+               for k, s, p, d in zip(size, stride, pad, dilate))
 
 
 def kernel_form(text: str) -> str:
