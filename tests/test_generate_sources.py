@@ -478,31 +478,38 @@ def test_layers_draws_every_kind_and_rank_within_the_caps():
         assert x["batch"] * x["cin"] * math.prod(x["spatial"]) <= layers.MAX_ELEMENTS
 
 
+def conv_form(out, attributes):
+    """layers.kernel_form of a convolution with result f32[out] and these
+    attributes (window, dim_labels, groups)."""
+    module = parse_module(f"""HloModule c
+ENTRY e {{
+  a = f32[1] parameter(0)
+  b = f32[1] parameter(1)
+  ROOT c = f32[{out}] convolution(a, b), {attributes}
+}}
+""", "conv")
+    return layers.kernel_form(module.entry.root)
+
+
 def test_layers_keeps_no_kernel_too_slow_to_measure():
     """A grouped layer's filter gradient, which XLA writes with the feature
     dim lhs-dilated, runs up to 520,000 ps a flop: 1.1e7 flops of it took
     5.5 s. The same flops of an Eigen convolution take about a millisecond."""
-    grouped_grad = ("ROOT %c = f32[1,3,3,128,2]{4,3,2,1,0} convolution(%a, %b), "
-                    "window={size=10x10x128 stride=1x1x127 lhs_dilate=1x1x128}, "
+    grouped_grad = ("window={size=10x10x128 stride=1x1x127 lhs_dilate=1x1x128}, "
                     "dim_labels=b012f_012io->b012f, feature_group_count=128")
-    assert layers.kernel_form(grouped_grad) == "grouped, lhs-dilated"
-    assert layers.kernel_form(grouped_grad.replace(" lhs_dilate=1x1x128", "")) == "grouped"
+    assert conv_form("1,3,3,128,2", grouped_grad) == "grouped, lhs-dilated"
+    assert conv_form("1,3,3,128,2", grouped_grad.replace(" lhs_dilate=1x1x128", "")) == "grouped"
     # XLA's rewrite of a depthwise layer's filter gradient: the groups a dim
     # of their own, no group count left (it took 19 s)
-    rewritten = ("ROOT %c = f32[1,3,3,512,2]{4,3,2,1,0} convolution(%a, %b), "
-                 "window={size=5x5x512 stride=1x1x511 pad=1_1x1_1x0_0 lhs_dilate=1x1x512}, "
+    rewritten = ("window={size=5x5x512 stride=1x1x511 pad=1_1x1_1x0_0 lhs_dilate=1x1x512}, "
                  "dim_labels=b012f_012io->b012f")
-    assert layers.kernel_form(rewritten) == "grouped, lhs-dilated"
+    assert conv_form("1,3,3,512,2", rewritten) == "grouped, lhs-dilated"
     # a 2-tap stride-2 layer's input gradient is no such rewrite: it is padded
-    assert layers.kernel_form("ROOT %c = f32[4,8,16]{2,1,0} convolution(%a, %b), "
-                              "window={size=2 pad=1_1 lhs_dilate=2}, dim_labels=b0f_0io->b0f") == "eigen"
-    assert layers.kernel_form("ROOT %c = f32[4,8,8,8,16]{4,3,2,1,0} convolution(%a, %b), "
-                              "window={size=3x3x3}, dim_labels=b012f_012io->b012f") == "naive"
-    transposed_grad = ("ROOT %c = f32[3,5,5,24]{3,2,1,0} convolution(%a, %b), window={size=18x18 "
-                       "rhs_dilate=2x2 rhs_reversal=1x1}, dim_labels=01fb_o01i->f01b")
-    assert layers.kernel_form(transposed_grad) == "naive"
-    assert layers.kernel_form("ROOT %c = f32[4,8,8,16]{3,2,1,0} convolution(%a, %b), "
-                              "window={size=3x3 lhs_dilate=2x2}, dim_labels=b01f_01io->b01f") == "eigen"
+    assert conv_form("4,8,16", "window={size=2 pad=1_1 lhs_dilate=2}, dim_labels=b0f_0io->b0f") == "eigen"
+    assert conv_form("4,8,8,8,16", "window={size=3x3x3}, dim_labels=b012f_012io->b012f") == "naive"
+    transposed_grad = "window={size=18x18 rhs_dilate=2x2 rhs_reversal=1x1}, dim_labels=01fb_o01i->f01b"
+    assert conv_form("3,5,5,24", transposed_grad) == "naive"
+    assert conv_form("4,8,8,16", "window={size=3x3 lhs_dilate=2x2}, dim_labels=b01f_01io->b01f") == "eigen"
     rate = layers.SLOWEST_PS
     assert 1.1e7 * rate["grouped, lhs-dilated"] * 1e-12 > layers.MAX_SECONDS
     assert 1.1e7 * rate["eigen"] * 1e-12 < layers.MAX_SECONDS / 10
