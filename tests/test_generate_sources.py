@@ -1,8 +1,9 @@
-"""tpuperf generate's fusions, sweeps, heavy, indexed and layers sources:
-kernel records drawn from programs (fusion groups XLA:CPU makes one kernel
-of), from the example programs rebuilt at other sizes, large convolutions
-and dots, gathers and scatters of many small slices, and the convolutions
-of convolution layers' training steps."""
+"""tpuperf generate's fusions, sweeps, heavy, indexed, layers and skinny
+sources: kernel records drawn from programs (fusion groups XLA:CPU makes
+one kernel of), from the example programs rebuilt at other sizes, large
+convolutions and dots, gathers and scatters of many small slices, the
+convolutions of convolution layers' training steps, and dots with one
+small dim."""
 
 import itertools
 import math
@@ -20,6 +21,7 @@ from tpuperf_cli.generate import (
     indexed,
     layers,
     ops,
+    skinny,
     source,
     sweeps,
     variants,
@@ -72,6 +74,7 @@ def test_sources_are_registered():
     assert source("variants") is variants.generate
     assert source("indexed") is indexed.generate
     assert source("layers") is layers.generate
+    assert source("skinny") is skinny.generate
 
 
 def test_fusions_records_are_single_kernels_and_deterministic():
@@ -515,6 +518,53 @@ def test_layers_keeps_no_kernel_too_slow_to_measure():
     assert 1.1e7 * rate["eigen"] * 1e-12 < layers.MAX_SECONDS / 10
     records = [r for r in take(layers.generate(1, [], print), 40) if not isinstance(r, str)]
     assert records and not any(layers.slow_to_measure(r) for r in records)
+
+
+# ---------------------------------------------------------------- skinny
+
+def test_skinny_draws_one_small_dim_in_every_role_and_order():
+    r = random.Random(0)
+    drawn = [x for x in (skinny.draw_dot(r) for _ in range(3000)) if x is not None]
+    assert len(drawn) >= 500
+    assert {(x["small"], x["order"]) for x in drawn} == {
+        (s, o) for s in ("rows", "columns", "contraction") for o in skinny.ORDERS}
+    assert {x["dtype"] for x in drawn} == {"f32", "bf16"}
+    role = {"rows": "m", "columns": "n", "contraction": "k"}
+    for x in drawn:
+        assert 1 <= x[role[x["small"]]] <= 64
+        assert all(32 <= x[d] <= 4096 for d in "mnk" if d != role[x["small"]]), x
+        lo, hi = skinny.FLOPS[x["dtype"]]
+        assert lo <= 2 * max(x["batch"], 1) * x["m"] * x["n"] * x["k"] <= hi
+
+
+def test_skinny_dot_text_contracts_the_drawn_dims():
+    """The module's operands are row-major with the contracting dim minor
+    (n) or major (t), and its result is m by n, whatever the order."""
+    for order in skinny.ORDERS:
+        dot = dict(small="rows", order=order, dtype="f32", batch=0, m=16, n=128, k=512)
+        module = parse_module(skinny.dot_text(dot), "skinny")
+        root = module.entry.root
+        assert root.opcode == "dot" and root.shape.dims == (16, 128)
+        lhs, rhs = (p.shape for p in module.entry.parameters)
+        assert lhs.dims == ((512, 16) if order[0] == "t" else (16, 512))
+        assert rhs.dims == ((128, 512) if order[1] == "t" else (512, 128))
+        assert lhs.minor_to_major == rhs.minor_to_major == (1, 0)
+        assert kernel_cost(module)["flops"] == 2 * 16 * 128 * 512
+    batched = dict(small="contraction", order="tn", dtype="bf16", batch=4, m=64, n=96, k=8)
+    assert parse_module(skinny.dot_text(batched), "skinny").entry.root.shape.dims == (4, 64, 96)
+
+
+def test_skinny_records_are_compiled_dots_named_by_their_small_dim():
+    def records(seed, n):
+        return take((r for r in skinny.generate(seed, [], print) if not isinstance(r, str)), n)
+
+    first = records(0, 30)
+    assert [r[FINGERPRINT] for r in first] == [r[FINGERPRINT] for r in records(0, 30)]
+    for r in first:
+        assert r[SOURCE] == "skinny" and " dot(" in r[HLO]
+        assert re.fullmatch(r"skinny:(rows|columns|contraction)-[nt][nt]", r[PROGRAM])
+    assert len({r[PROGRAM] for r in first}) >= 6
+    assert_one_kernel(first[0])
 
 
 def drawn_op(record):

@@ -93,6 +93,14 @@ candidate each):
            2e6 flops and heavy never draws; needs jax. Draws from no
            programs and never ends.
            Records: program layers:KIND-RANKd (layers:transposed-2d).
+  skinny   dots with one small dim (1 to 64: an RNN step's minibatch
+           rows, a weight gradient's contraction), the others 32 to
+           4,096, in the four operand orders (each operand contracted
+           along its minor or major dim), a batch dim at times, f32 or
+           bf16, 1e5 to 2e8 flops; compiled by XLA:CPU first. XLA:CPU's
+           speed for these moves by 7x with the small dim and the order,
+           and heavy draws few. Draws from no programs and never ends.
+           Records: program skinny:SMALL-ORDER (skinny:rows-nt).
 
 A source whose module this build lacks is refused with "source NAME is
 not available in this build".

@@ -39,6 +39,7 @@ SOURCES = {
     "heavy": "heavy",
     "indexed": "indexed",
     "layers": "layers",
+    "skinny": "skinny",
 }
 
 
