@@ -20,7 +20,9 @@ candidate, the median over programs of MAPE, Kendall's tau and
 whole-program error (bench_accuracy.py's figures, kernels >= --min-us)
 fold by fold and over all the folds' programs pooled, the candidates'
 fold-for-fold MAPE differences from the first with how many folds each
-wins, and each family's median MAPE.
+wins, the tail of whole-program error (its mean, 90th percentile and the
+programs off by more than 25%, which a median does not see), and each
+family's median MAPE.
 
 --lightgbm adds a candidate "lightgbm": benchmarks/bench_lightgbm.py's
 trees fitted on each fold's training programs and generated kernels
@@ -90,6 +92,17 @@ def lightgbm_predictions(fold, valid, valid_examples, args):
     gbm = bench_lightgbm.fit(train, valid, opts)
     x = bench_lightgbm.features(valid_examples, args.kernel_features)
     return np.exp(gbm.predict(x, num_iteration=gbm.best_iteration or None))
+
+
+def program_error_tail(rows: list[dict]) -> dict:
+    """How far off the worst-predicted whole programs are, which the median
+    does not see: the mean and 90th percentile of the programs' error, and
+    how many are off by more than 25%."""
+    errors = np.array([r["total_ape"] for r in rows if np.isfinite(r["total_ape"])])
+    if not len(errors):
+        return {"mean": float("nan"), "p90": float("nan"), "above_25": 0}
+    return {"mean": float(errors.mean()), "p90": float(np.percentile(errors, 90)),
+            "above_25": int((errors > 25).sum())}
 
 
 def main():
@@ -182,6 +195,7 @@ def main():
                      "worst": max(((r["mape"], r["program"]) for r in rows
                                    if np.isfinite(r["mape"])), default=(float("nan"), "")),
                      "above_50": sum(r["mape"] > 50 for r in rows),
+                     "program_error_tail": program_error_tail(rows),
                      "families": {f: metrics.summarize([rows[i] for i in idx], ["mape"])[0]["mape"]
                                   for f, idx in sorted(families.items())}}
     ref = candidates[0][0]
@@ -213,6 +227,10 @@ def main():
         mape, prog = c["worst"]
         print(f"worst program: {name}: {prog} {mape:.1f}% ({c['above_50']} of {c['programs']} "
               f"above 50%)")
+    for name, c in out.items():
+        t = c["program_error_tail"]
+        print(f"program error's tail: {name}: mean {t['mean']:.1f}%, 90th percentile "
+              f"{t['p90']:.1f}%, {t['above_25']} of {c['programs']} above 25%")
     print("median MAPE by family (of its programs' medians)")
     print(f"  {'':14s}" + "".join(f"{n[:8]:>9s}" for n in out))
     for fam in out[ref]["families"]:

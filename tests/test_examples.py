@@ -894,6 +894,15 @@ def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
     n = len(bench_accuracy.load(str(EX / "corpus" / "graphs"),
                                 ["mlp_s_train", "mlp_m_train", "vit_s_train"]))
     assert f"where a+b's error is, over the 2 folds' {n} validation kernels" in p.stdout
+    # the tail of whole-program error: a and a+b are one model
+    tails = dict(re.findall(r"^program error's tail: (\S+): (.*)$", p.stdout, re.M))
+    assert tails["a"] == tails["a+b"]
+    assert re.fullmatch(r"mean [\d.]+%, 90th percentile [\d.]+%, [0-3] of 3 above 25%", tails["a"])
+    import compare_folds
+    tail = compare_folds.program_error_tail(
+        [{"total_ape": x} for x in (1.0, 2.0, 3.0, 30.0, 90.0, float("nan"))])
+    assert tail["mean"] == 25.2 and tail["above_25"] == 2
+    assert tail["p90"] == pytest.approx(66.0)       # numpy's linear interpolation of 30 and 90
     assert "by what a kLoop fusion holds:" in p.stdout
     assert re.search(r"^  reduce\s+\d+\s+[\d.]+%\s+[\d.]+%", p.stdout, re.M)
     p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", "--breakdown", "c"],
