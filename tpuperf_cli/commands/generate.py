@@ -95,8 +95,8 @@ candidate each):
            Records: program layers:KIND-RANKd (layers:transposed-2d).
   skinny   dots with one small dim (1 to 64: an RNN step's minibatch
            rows, a weight gradient's contraction), the others 32 to
-           4,096, in the four operand orders (each operand contracted
-           along its minor or major dim), a batch dim at times, f32 or
+           4,096, in the four operand orders (each operand as the
+           product reads it or transposed), a batch dim at times, f32 or
            bf16, 1e5 to 2e8 flops; compiled by XLA:CPU first. XLA:CPU's
            speed for these moves by 7x with the small dim and the order,
            and heavy draws few. Draws from no programs and never ends.

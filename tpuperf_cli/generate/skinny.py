@@ -9,21 +9,23 @@ minibatch itself (the weight gradient). XLA:CPU's speed for such shapes
 moves by 7x with the small dim and the operands' order: on the AMD EPYC
 family 25 model 17 of 2026-12-06, f32[16,512] by the transpose of
 f32[128,512] ran at 12 GFLOP/s, f32[16,576] by that of f32[288,576] at
-35, f32[16,128] by f32[128,512] at 100. The family folds' model put
-lstm_s's at 0.37x its time and seq2seq's at 2.5x (README, "Where the
-error is"): `heavy` draws each dim log-uniformly up to 8,192 from 3e6
-flops, so few of its dots have a dim under 64, and `ops` holds 140 dots
-of two dims in all.
+35, f32[16,128] by f32[128,512] at 100. The recipe's family-fold models
+put lstm_s's at 0.37x its time and seq2seq's at 2.5x (HISTORY.md, "The
+layers source at two seeds"): `heavy` draws each dim log-uniformly up to
+8,192 from 3e6 flops, so few of its dots have a dim under 64, and `ops`
+holds about 140 dots of two dims in all.
 
 A draw: one dim small (1 to 64, a power of two half the time), the other
 two 32 to 4,096 (a multiple of 32 half the time), the small one the lhs's
 rows, the rhs's columns or the contraction; each operand row-major as jax
-writes it, contracted along its minor or its major dim (BLAS's n and t),
-so the four orders; now and then a leading batch dim (2 to 32, attention's
-heads); f32 mostly, bf16 at times. 1e5 to 2e8 flops (bf16, which XLA:CPU
-runs through its naive loop, at most 1e7), the operands and result at most
-64 MiB. XLA:CPU compiles the dot first; the kernels that still hold a dot
-are kept (a dim of 1 can become a reduction, which is dropped).
+writes it, stored as the product reads it or transposed (BLAS's n and t:
+the lhs m by k or k by m, the rhs k by n or n by k), so four orders; now
+and then a leading batch dim (2 to 32, attention's heads); f32 mostly,
+bf16 at times. 1e5 to 2e8 flops (bf16, which XLA:CPU converts to f32
+around the dot and ran at a median 5 GFLOP/s, at most 1e7), the operands
+and result at most 64 MiB. XLA:CPU compiles the dot first; the kernels
+that still hold a dot are kept (a dim of 1 can become a reduction, which
+is dropped).
 
 Records: program "skinny:<small>-<order>", e.g. "skinny:rows-nt". Draws
 from no programs.
@@ -42,7 +44,7 @@ from tpuperf_cli.records import PROGRAM, Record
 
 SOURCE_NAME = "skinny"
 SMALL = ("rows", "rows", "columns", "contraction")    # which dim is small (repeats weigh)
-ORDERS = ("nn", "nt", "tn", "tt")                      # lhs, rhs: n = contracted along its minor dim
+ORDERS = ("nn", "nt", "tn", "tt")                      # lhs, rhs: t = stored transposed
 DTYPES = ("f32", "f32", "f32", "bf16")
 FLOPS = {"f32": (1e5, 2e8), "bf16": (1e5, 1e7)}
 BATCH_P = 0.2
