@@ -30,8 +30,11 @@ network on every kernel.
 floor included): kernels grouped by measured size (decades of runtime), by
 kind (the opcode, or the fusion's kind: kLoop, kInput, kOutput), by family (the
 program's model, its name up to the first "_"), and by the scatter or gather
-a kernel holds (fused or not), and the kLoop fusions by what they hold
-(a reduce, a transpose, a dot, bf16 values), each group with its
+a kernel holds (fused or not), the kLoop fusions by what they hold
+(a reduce, a transpose, a dot, bf16 values), and the kernels that run a
+dot or a convolution by its shape (a dot with a dim of at most 64, as a
+minibatch of a few rows makes; a convolution XLA:CPU runs through Eigen
+or its naive loop nest: 3-D, window-reversed or grouped), each group with its
 kernels, median APE of model and baseline, the median noise of its labels,
 and its share of the test programs' summed absolute error of the
 whole-program estimate (prediction x count against runtime x count).
@@ -301,12 +304,49 @@ def breakdown(records, pred, bpred):
     table("indexed op held (cost per index tuple)", held, list(INDEXED_OPS))
     loops = fusion_contents(records, "kLoop")
     table("what a kLoop fusion holds", loops, list(FUSION_HOLDS) + ["none of these"])
+    shapes = matmul_shapes(records)
+    table("the shape of its dot or convolution", shapes, list(MATMUL_SHAPES))
 
 
 # what a fusion may hold that changes how XLA:CPU emits its loop: a reduce
 # (an inner loop per output element), a transpose, a dot, bf16 values
 FUSION_HOLDS = {"reduce": " reduce(", "transpose": " transpose(", "dot": " dot(",
                 "bf16": "bf16["}
+
+
+# XLA:CPU's speed for a dot moves by 7x with a small dim and the operands'
+# order (the skinny source); its naive loop nest runs a convolution 10x to
+# 1,000x slower a flop than Eigen (the layers source)
+MATMUL_SHAPES = ("dot, a dim <= 64", "dot, every dim > 64", "convolution, Eigen",
+                 "convolution, naive loop")
+
+
+def matmul_shapes(records):
+    """Indices of the kernels that run a dot or a convolution, grouped by
+    MATMUL_SHAPES: a dot by the smallest of m, n and k of the kernel's
+    largest one (hlo/cost.py's matmul_*), a convolution by the path
+    XLA:CPU takes for the kernel's first (generate/layers.py's
+    kernel_form). A kernel holding both counts as a convolution."""
+    from tpuperf_cli.generate.layers import kernel_form
+    from tpuperf_cli.hlo.cost import kernel_cost
+    from tpuperf_cli.hlo.parser import parse_module
+
+    groups = {name: [] for name in MATMUL_SHAPES}
+    for i, r in enumerate(records):
+        text = r.get("hlo") or ""
+        if " convolution(" not in text and " dot(" not in text:
+            continue
+        module = parse_module(text, "kernel")
+        convs = [ins for comp in module.computations.values() for ins in comp.instructions
+                 if ins.opcode == "convolution"]
+        if convs:
+            naive = kernel_form(convs[0]) != "eigen"
+            groups["convolution, naive loop" if naive else "convolution, Eigen"].append(i)
+        else:
+            cost = kernel_cost(module)
+            small = min(cost["matmul_m"], cost["matmul_n"], cost["matmul_k"]) <= 64
+            groups["dot, a dim <= 64" if small else "dot, every dim > 64"].append(i)
+    return {name: np.asarray(idx, dtype=int) for name, idx in groups.items()}
 
 
 def fusion_contents(records, fusion_kind):

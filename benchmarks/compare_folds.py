@@ -39,8 +39,9 @@ networks): e.g. --lightgbm --join recipe+lightgbm.
 
 --breakdown NAME adds bench_accuracy.py's --breakdown for candidate NAME
 over every fold's validation kernels pooled (every size): where its error
-lies by size, kind, family and what a kLoop fusion holds, beside the
-roofline baseline fitted on each fold's training programs.
+lies by size, kind, family, what a kLoop fusion holds and the shape of
+its matrix multiply, beside the roofline baseline fitted on each fold's
+training programs. Repeat it for several candidates.
 """
 
 import argparse
@@ -124,9 +125,9 @@ def main():
     ap.add_argument("--join", action="append", default=[], metavar="A+B",
                     help="also the geometric mean of candidates A's and B's predictions "
                          "(repeatable; lightgbm names --lightgbm's trees)")
-    ap.add_argument("--breakdown", metavar="NAME",
+    ap.add_argument("--breakdown", action="append", default=[], metavar="NAME",
                     help="also where candidate NAME's error lies, over the folds' validation "
-                         "kernels pooled (bench_accuracy.py --breakdown)")
+                         "kernels pooled (bench_accuracy.py --breakdown; repeatable)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
     if not args.candidates and not args.lightgbm:
@@ -146,9 +147,9 @@ def main():
     if args.breakdown and args.json:
         sys.exit("compare_folds: --breakdown prints tables; leave out --json")
     every = names + [join for join, _ in joins]
-    if args.breakdown and args.breakdown not in every:
-        sys.exit(f"compare_folds: --breakdown {args.breakdown!r}: not a candidate "
-                 f"({', '.join(every)})")
+    for name in args.breakdown:
+        if name not in every:
+            sys.exit(f"compare_folds: --breakdown {name!r}: not a candidate ({', '.join(every)})")
     pattern = re.compile(args.family)
     if args.lightgbm:
         try:
@@ -237,12 +238,13 @@ def main():
         cells = "".join(f"{c['families'][fam]:8.1f}%" for c in out.values())
         print(f"  {fam:14s}{cells}")
     if args.breakdown:
-        print(f"\nwhere {args.breakdown}'s error is, over the {len(folds)} folds' "
-              f"{sum(map(len, valid))} validation kernels (every size):")
         bases = [bench_accuracy.fit_baseline(args.corpus, load_split(fold))[0] for fold in folds]
         baselines = [[base.predict_record(r) for r in records] for base, records in zip(bases, valid)]
+    for name in args.breakdown:
+        print(f"\nwhere {name}'s error is, over the {len(folds)} folds' "
+              f"{sum(map(len, valid))} validation kernels (every size):")
         bench_accuracy.breakdown([r for records in valid for r in records],
-                                 np.concatenate(preds[args.breakdown]), np.concatenate(baselines))
+                                 np.concatenate(preds[name]), np.concatenate(baselines))
 
 
 if __name__ == "__main__":

@@ -874,7 +874,8 @@ def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
             {"train": ["cnn_s_train"], "valid": valid, "test": ["gpt_s_train"]}))
     folds = ["--folds", str(tmp_path / "fold{}.json")]
     p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", f"b={model},{model}",
-                        "--lightgbm", "--join", "a+b", "--join", "a+lightgbm", "--breakdown", "a+b"],
+                        "--lightgbm", "--join", "a+b", "--join", "a+lightgbm", "--breakdown", "a+b",
+                        "--breakdown", "a"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "2 folds" in p.stdout and "3 validation programs of 2 families" in p.stdout
@@ -904,6 +905,9 @@ def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
     assert tail["mean"] == 25.2 and tail["above_25"] == 2
     assert tail["p90"] == pytest.approx(66.0)       # numpy's linear interpolation of 30 and 90
     assert "by what a kLoop fusion holds:" in p.stdout
+    assert p.stdout.count("by the shape of its dot or convolution:") == 2   # a+b's, then a's
+    assert f"where a's error is, over the 2 folds' {n} validation kernels" in p.stdout
+    assert re.search(r"^  dot, every dim > 64\s+\d+\s+[\d.]+%", p.stdout, re.M)
     assert re.search(r"^  reduce\s+\d+\s+[\d.]+%\s+[\d.]+%", p.stdout, re.M)
     p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", "--breakdown", "c"],
                        capture_output=True, text=True, timeout=120)
