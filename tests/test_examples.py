@@ -579,6 +579,29 @@ def test_noise_figures_of_another_machine_or_method_are_not_recorded(tmp_path):
         bc.noise_report(str(path), None, here)
 
 
+def test_bench_dot_strides_times_each_order_at_every_k(tmp_path):
+    """benchmarks/bench_dot_strides.py: the nn and nt dot at each k, timed
+    by measure, a row each with the nt dot's speed over the nn dot's, the
+    powers of two marked; a --k it cannot read is one line, no traceback."""
+    import subprocess
+
+    script = str(EX.parent / "benchmarks" / "bench_dot_strides.py")
+    out = tmp_path / "dots.json"
+    p = subprocess.run([sys.executable, script, "--m", "8", "--n", "64", "--k", "96,128",
+                        "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "f32[8,k] by [k,64] (nn) and by the transpose of [64,k] (nt)" in p.stdout
+    assert re.search(r"^ +96 +[\d.]+ +[\d.]+ +[\d.]+$", p.stdout, re.M)
+    assert re.search(r"^ +128 +[\d.]+ +[\d.]+ +[\d.]+   power of two$", p.stdout, re.M)
+    assert "at 1 power(s) of two" in p.stdout and "at the other 1 k" in p.stdout
+    figures = json.loads(out.read_text())["figures"]
+    assert [(f["k"], f["power_of_two"]) for f in figures] == [(96, False), (128, True)]
+    assert all(f["nn"] > 0 and f["nt"] > 0 for f in figures)
+    p = subprocess.run([sys.executable, script, "--k", "5:x"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 1 and "--k '5:x'" in p.stderr and "Traceback" not in p.stderr
+
+
 def test_bench_conv_channels_writes_each_convolution_with_every_channel_count():
     """The variants the benchmark times: WaveNet's 1-D convolutions with
     other channel counts, in and out alike, each a module that parses with
