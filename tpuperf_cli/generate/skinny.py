@@ -16,7 +16,9 @@ layers source at two seeds"): `heavy` draws each dim log-uniformly up to
 holds about 140 dots of two dims in all.
 
 A draw: one dim small (1 to 64, a power of two half the time), the other
-two 32 to 4,096 (a multiple of 32 half the time), the small one the lhs's
+two 32 to 4,096 (a power of two a quarter of the time, a multiple of 32
+another quarter; at d3b87d0, which drew the shard measured on
+2026-12-07, a multiple of 32 half the time), the small one the lhs's
 rows, the rhs's columns or the contraction; each operand row-major as jax
 writes it, stored as the product reads it or transposed (BLAS's n and t:
 the lhs m by k or k by m, the rhs k by n or n by k), so four orders; now
@@ -51,12 +53,15 @@ BATCH_P = 0.2
 
 
 def _size(r: random.Random, lo: int, hi: int, round_to: int) -> int:
-    """Log-uniform in [lo, hi]; half the time rounded as models have them
-    (small dims to a power of two, large ones to a multiple of round_to)."""
+    """Log-uniform in [lo, hi]; half the time rounded as models have them:
+    small dims (round_to 1) to a power of two, large ones to a power of two
+    or a multiple of round_to. A transposed weight whose rows are a power
+    of two of bytes apart runs 3x slower than its neighbours
+    (benchmarks/bench_dot_strides.py), and models' widths often are."""
     n = round(math.exp(r.uniform(math.log(lo), math.log(hi))))
     if r.random() < 0.5:
-        if round_to == 1:
-            n = 2 ** round(math.log2(n))
+        if round_to == 1 or r.random() < 0.5:
+            n = min(hi, max(lo, 2 ** round(math.log2(n))))
         else:
             n = max(round_to, round(n / round_to) * round_to)
     return n
