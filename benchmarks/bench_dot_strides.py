@@ -13,9 +13,10 @@ f32[16,512] by the transpose of f32[128,512] at 12 GFLOP/s and seq2seq's
 f32[16,576] by that of f32[288,576] at 35, and every model trained on the
 corpus had the two the wrong way round (HISTORY.md, "The skinny source").
 Reading the transposed operand's rows of 2 or 4 KB apart, a power of two,
-appears to map them to a few cache sets. The kernel features say how
-aligned k is only up to 128 (matmul_k_align), so 512, 640 and 768 look
-alike to the model.
+appears to map them to a few cache sets. matmul_k_align says how aligned
+k is only up to 128, so 512, 640 and 768 look alike to a model reading
+the recipe's 16 kernel features; the twenty-sixth, matmul_rhs_row_align,
+says it.
 
     .venv/bin/python benchmarks/bench_dot_strides.py
     .venv/bin/python benchmarks/bench_dot_strides.py --m 32 --n 128 --k 448,512,576

@@ -246,7 +246,7 @@ def test_kernel_feature_names():
                                "indexed_slices", "touched_bytes", "relayout_stride",
                                "relayout_stride_align", "reduce_bytes",
                                "reduce_kept_minor_bytes", "reduce_kept_minor_align",
-                               "minor_loop_unrolled")
+                               "minor_loop_unrolled", "matmul_rhs_row_align")
 
 
 def matmul(c):
@@ -369,6 +369,27 @@ ENTRY e {{
     nchw = conv("[2,8,10,10]", "[16,8,3,3]", "[2,16,8,8]", "bf01_oi01->bf01")
     assert layout(nchw) == (0, 0)
     assert layout(cost(FUSION)) == (0, 0)
+
+
+def test_matmul_rhs_row_align_is_the_power_of_two_in_a_transposed_weights_row_stride():
+    """Rows of a weight stored transposed that lie a power of two of bytes
+    apart run 3x slower on XLA:CPU (bench_dot_strides.py): f32 rows of 512
+    are 2 KiB apart (2^11), of 576 2,304 bytes (2^8 x 9)."""
+    def row_align(lhs, rhs, out, lc, rc):
+        return cost(dot_module(lhs, rhs, out, lc, rc))["matmul_rhs_row_align"]
+
+    assert row_align("[8,16,512]{2,1,0}", "[8,256,512]{2,1,0}", "[8,16,256]{2,1,0}", 2, 2) == 11
+    assert row_align("[8,16,576]{2,1,0}", "[8,256,576]{2,1,0}", "[8,16,256]{2,1,0}", 2, 2) == 8
+    # capped at 2^14 bytes, as the stride features are
+    assert row_align("[8,16,8192]{2,1,0}", "[8,64,8192]{2,1,0}", "[8,16,64]{2,1,0}", 2, 2) == 14
+    # the rhs read as the product reads it (contracted along its major dim): 0
+    assert row_align("[8,16,512]{2,1,0}", "[8,512,256]{2,1,0}", "[8,16,256]{2,1,0}", 2, 1) == 0
+    # the physical layout decides: [8,512,256] with dim 1 minor is transposed
+    assert row_align("[8,16,512]{2,1,0}", "[8,512,256]{1,2,0}", "[8,16,256]{2,1,0}", 2, 1) == 11
+    # bf16 rows of 512 are 1 KiB apart; no matmul at all: 0
+    bf16 = dot_module("[8,16,512]{2,1,0}", "[8,256,512]{2,1,0}", "[8,16,256]{2,1,0}", 2, 2)
+    assert cost(bf16.replace("f32", "bf16"))["matmul_rhs_row_align"] == 10
+    assert cost(FUSION)["matmul_rhs_row_align"] == 0
 
 
 def test_relayout_bytes_counts_operands_read_in_another_layout():

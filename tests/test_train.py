@@ -769,18 +769,18 @@ def test_records_with_another_number_of_kernel_features_are_clear_errors(shards,
     recs = synthetic_records(n_programs=1, kernels=4, seed=9)
     recs[2]["kernel_feat"] = np.zeros(3, np.float32)
     (bad,) = write_shards(tmp_path, recs)
-    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 25 kernel "
-                                          r"features in kernel_feat, got 3; the training data has 25"):
+    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 26 kernel "
+                                          r"features in kernel_feat, got 3; the training data has 26"):
         train([str(shards / "synth1.zst")], tmp_path / "m.pt", NetConfig(**TINY), fast_opts(epochs=1),
               valid=[bad], progress=quiet)
-    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 25 kernel "
+    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 26 kernel "
                                           r"features in kernel_feat, got 3; the records before it"):
         train([bad], tmp_path / "m.pt", NetConfig(**TINY), fast_opts(epochs=1), progress=quiet)
     # resumed on other data: checked against the stored scaling
     train([str(shards / "synth1.zst")], tmp_path / "k.pt", NetConfig(**TINY), fast_opts(epochs=1),
           keep_state=True, progress=quiet)
-    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 25 kernel "
-                                          r"features in kernel_feat, got 3; the training data has 25"):
+    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 26 kernel "
+                                          r"features in kernel_feat, got 3; the training data has 26"):
         train([bad], tmp_path / "k.pt", opts=fast_opts(epochs=2), resume=True, given={"epochs"},
               progress=quiet)
 

@@ -140,7 +140,13 @@ NODE_FEATURES = 140
 # with gathers (hlo/cost.py): 0.9 ns an element against 0.14 at the same
 # minor dims in a corpus measured on an AMD EPYC family 25 model 17 (0.56
 # against 0.38 in the committed Intel one), which the minor dim alone does
-# not say
+# not say. matmul_rhs_row_align: log2 of the largest power of two dividing
+# the bytes between rows of the largest matmul's rhs, up to 2^14, where it
+# is contracted along its minor dim (a weight stored transposed), else 0:
+# rows a power of two of bytes apart share cache sets, and f32[16,512] by
+# the transpose of f32[256,512] ran at 0.12x the untransposed dot's speed
+# against 0.39x at other k (bench_dot_strides.py), which matmul_k_align,
+# capped at 128, does not say
 KERNEL_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "output_bytes",
                    "matmul_batch", "matmul_m", "matmul_n", "matmul_k",
                    "matmul_m_align", "matmul_n_align", "matmul_k_align",
@@ -148,7 +154,7 @@ KERNEL_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "o
                    "output_minor_dim", "output_minor_align", "indexed_slices",
                    "touched_bytes", "relayout_stride", "relayout_stride_align",
                    "reduce_bytes", "reduce_kept_minor_bytes", "reduce_kept_minor_align",
-                   "minor_loop_unrolled")
+                   "minor_loop_unrolled", "matmul_rhs_row_align")
 # what featurize wrote before the matmul_* features (2026-11-25)
 BASE_KERNEL_FEATURES = 5
 # The three bound lists of a tile configuration, in the order TpuGraphs lays

@@ -115,7 +115,8 @@ def _source_weights(ctx, param, values) -> dict:
                    "alignment and layout, 14: without relayout_bytes and the two output_minor ones, 15: "
                    "without those two, 16: without output_minor_align and indexed_slices, 17: "
                    "without indexed_slices, 18: without touched_bytes, 19: without the relayout_stride "
-                   "and reduce_* ones, 24: without minor_loop_unrolled), to compare with a "
+                   "and reduce_* ones, 24: without minor_loop_unrolled, 25: without matmul_rhs_row_align), "
+                   "to compare with a "
                    "model trained on records of fewer. "
                    "[default: 0, all of them]")
 @click.option("--configs", type=click.IntRange(2), default=16, show_default=True,

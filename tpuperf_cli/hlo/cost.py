@@ -47,7 +47,7 @@ Arrays count element bytes only (no tuple pointer tables).
 import math
 
 from tpuperf_cli.hlo import attrs
-from tpuperf_cli.hlo.ir import Computation, Instruction, Module, Shape
+from tpuperf_cli.hlo.ir import ELEMENT_BYTES, Computation, Instruction, Module, Shape
 from tpuperf_cli.records import KERNEL_FEATURES
 
 TRANSCENDENTAL = frozenset({
@@ -309,6 +309,20 @@ def matmul_layout(an, comp, ins) -> tuple[int, int]:
     return int(minor(lhs) in lk), int(minor(rhs) in rk)
 
 
+def matmul_rhs_row_bytes(an, comp, ins) -> int:
+    """The bytes between one row of a dot's or convolution's rhs and the
+    next, where it is contracted along its minor physical dim (a weight
+    stored transposed: matmul_layout's rhs_k_minor), else 0. XLA:CPU reads
+    such a weight's rows side by side, and rows a power of two of bytes
+    apart share cache sets: f32[16,512] by the transpose of f32[256,512]
+    ran at 0.12x the untransposed dot's speed, 0.39x at other k
+    (benchmarks/bench_dot_strides.py on an AMD EPYC family 25 model 17)."""
+    if not matmul_layout(an, comp, ins)[1]:
+        return 0
+    rhs = an._operand(comp, ins, 1)
+    return rhs.dims[rhs.layout[0]] * ELEMENT_BYTES.get(rhs.element_type, 4)
+
+
 def _kernel_instructions(module: Module, comp, seen=None):
     """(computation, instruction) for every instruction of comp but its
     fusions, and in each fusion's place those of the computation it runs
@@ -492,15 +506,17 @@ def alignment(size: int, cap: int = MAX_ALIGN_LOG2) -> int:
 
 
 def _largest_matmul(an, comp):
-    """(flops, (batch, m, n, k, lhs_k_minor, rhs_k_minor)) of the dot or
-    convolution with the most flops in comp and the computations its
-    fusions run (matmul_shape, matmul_layout); (0, zeros) without."""
-    best = (0, (0, 0, 0, 0, 0, 0))
+    """(flops, (batch, m, n, k, lhs_k_minor, rhs_k_minor, rhs_row_bytes))
+    of the dot or convolution with the most flops in comp and the
+    computations its fusions run (matmul_shape, matmul_layout,
+    matmul_rhs_row_bytes); (0, zeros) without."""
+    best = (0, (0, 0, 0, 0, 0, 0, 0))
     for c, ins in _kernel_instructions(an.module, comp):
         if ins.opcode in ("dot", "convolution"):
             f, _ = an.instruction(c, ins)
             if f > best[0] or best[0] == 0:
-                best = (f, matmul_shape(an, c, ins) + matmul_layout(an, c, ins))
+                best = (f, matmul_shape(an, c, ins) + matmul_layout(an, c, ins)
+                        + (matmul_rhs_row_bytes(an, c, ins),))
     return best
 
 
@@ -788,7 +804,7 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     "output_minor_dim", "output_minor_align", "indexed_slices",
     "touched_bytes", "relayout_stride", "relayout_stride_align",
     "reduce_bytes", "reduce_kept_minor_bytes", "reduce_kept_minor_align",
-    "minor_loop_unrolled"} (ints,
+    "minor_loop_unrolled", "matmul_rhs_row_align"} (ints,
     floats for the halves of triangular-solve and cholesky). flops and
     transcendentals are summed over every instruction of the ENTRY
     computation (parameters cost nothing), as XLA's
@@ -802,8 +818,11 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     counts them; touched_bytes as touched_bytes() counts them;
     relayout_stride as relayout_stride(), reduce_bytes and
     reduce_kept_minor_bytes as reduce_shape(), and the *_align ones their
-    alignment() up to MAX_STRIDE_ALIGN_LOG2, and minor_loop_unrolled as
-    minor_loop_unrolled() finds it.
+    alignment() up to MAX_STRIDE_ALIGN_LOG2, minor_loop_unrolled as
+    minor_loop_unrolled() finds it, and matmul_rhs_row_align the
+    alignment() up to MAX_STRIDE_ALIGN_LOG2 of the largest matmul's
+    matmul_rhs_row_bytes (0 when its rhs is not contracted along its minor
+    dim).
     Raises CostError for a module it cannot cost.
     """
     an = _Analysis(module)
@@ -831,13 +850,14 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     stride = relayout_stride(module, comp)
     reduced, kept = reduce_shape(module, comp)
     return dict(zip(KERNEL_FEATURES, (flops, trans, read, written, root.shape.byte_size(),
-                                      *matmul[:4], *aligned, *matmul[4:], relayout,
+                                      *matmul[:4], *aligned, *matmul[4:6], relayout,
                                       minor, alignment(minor),
                                       indexed_slices(module, comp),
                                       touched_bytes(module, comp, an),
                                       stride, alignment(stride, MAX_STRIDE_ALIGN_LOG2),
                                       reduced, kept, alignment(kept, MAX_STRIDE_ALIGN_LOG2),
-                                      minor_loop_unrolled(module, comp, root))))
+                                      minor_loop_unrolled(module, comp, root),
+                                      alignment(matmul[6], MAX_STRIDE_ALIGN_LOG2))))
 
 
 def computation_cost(module: Module, name: str) -> tuple[int | float, int | float]:
