@@ -72,6 +72,23 @@ def variants(records, channels, limit):
     return out
 
 
+def time_records(records, who):
+    """The records timed by the `measure` tool itself (its default settings,
+    no cache, one process), in their order; exits with measure's error."""
+    from tpuperf_cli.stream import RecordWriter, read_records
+
+    with tempfile.NamedTemporaryFile(suffix=".msgpack") as f:
+        w = RecordWriter(f)
+        for record in records:
+            w.write(record)
+        w.flush()
+        p = subprocess.run([sys.executable, "-m", "tpuperf_cli", "measure", "--no-cache",
+                            "--no-progress", "-q", f.name], capture_output=True, cwd=ROOT)
+    if p.returncode != 0:
+        sys.exit(f"{who}: measure failed: {p.stderr.decode()[-2000:]}")
+    return list(read_records(io.BytesIO(p.stdout)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--program", default="wavenet_m_train",
@@ -81,7 +98,7 @@ def main():
     ap.add_argument("--limit", type=int, default=6, help="at most this many convolutions")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
-    from tpuperf_cli.stream import RecordWriter, read_records
+    from tpuperf_cli.stream import read_records
 
     shard = ROOT / "examples/corpus/graphs" / f"{args.program}.zst"
     if not shard.exists():
@@ -91,16 +108,7 @@ def main():
     if not rows:
         sys.exit(f"bench_conv_channels: {args.program} has no 1-D convolution with as many "
                  f"channels in as out")
-    with tempfile.NamedTemporaryFile(suffix=".msgpack") as f:
-        w = RecordWriter(f)
-        for *_, rec in rows:
-            w.write(rec)
-        w.flush()
-        p = subprocess.run([sys.executable, "-m", "tpuperf_cli", "measure", "--no-cache",
-                            "--no-progress", "-q", f.name], capture_output=True, cwd=ROOT)
-    if p.returncode != 0:
-        sys.exit(f"bench_conv_channels: measure failed: {p.stderr.decode()[-2000:]}")
-    timed = list(read_records(io.BytesIO(p.stdout)))
+    timed = time_records([rec for *_, rec in rows], "bench_conv_channels")
     target = timed[0].get("target", {}) if timed else {}
     per = {}                                # convolution -> {channels: ns per c^2}
     own = {}                                # convolution -> (its channels, its window)

@@ -23,16 +23,16 @@ says it.
 """
 
 import argparse
-import io
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_conv_channels import time_records  # noqa: E402
 
 ORDERS = ("nn", "nt")
 
@@ -64,8 +64,6 @@ def main():
                          "list (default 384:1152:32)")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
-    from tpuperf_cli.stream import RecordWriter, read_records
-
     try:
         if ":" in args.k:
             start, stop, step = (int(x) for x in args.k.split(":"))
@@ -77,16 +75,7 @@ def main():
     if not ks or min(ks) < 1 or min(args.m, args.n) < 1:
         sys.exit("bench_dot_strides: --m, --n and every --k must be at least 1")
     rows = dot_records(args.m, args.n, ks)
-    with tempfile.NamedTemporaryFile(suffix=".msgpack") as f:
-        w = RecordWriter(f)
-        for *_, record in rows:
-            w.write(record)
-        w.flush()
-        p = subprocess.run([sys.executable, "-m", "tpuperf_cli", "measure", "--no-cache",
-                            "--no-progress", "-q", f.name], capture_output=True, cwd=ROOT)
-    if p.returncode != 0:
-        sys.exit(f"bench_dot_strides: measure failed: {p.stderr.decode()[-2000:]}")
-    timed = list(read_records(io.BytesIO(p.stdout)))
+    timed = time_records([record for *_, record in rows], "bench_dot_strides")
     target = timed[0].get("target", {}) if timed else {}
     rate = {}                                   # (order, k) -> GFLOP/s
     for (order, k, _), out in zip(rows, timed):
