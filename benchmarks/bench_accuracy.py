@@ -324,27 +324,23 @@ MATMUL_SHAPES = ("dot, a dim <= 64", "dot, every dim > 64", "convolution, Eigen"
 def matmul_shapes(records):
     """Indices of the kernels that run a dot or a convolution, grouped by
     MATMUL_SHAPES: a dot by the smallest of m, n and k of the kernel's
-    largest one (hlo/cost.py's matmul_*), a convolution by the path
+    largest one (its matmul_* kernel features), a convolution by the path
     XLA:CPU takes for the kernel's first (generate/layers.py's
     kernel_form). A kernel holding both counts as a convolution."""
-    from tpuperf_cli.generate.layers import kernel_form
-    from tpuperf_cli.hlo.cost import kernel_cost
+    from tpuperf_cli.generate.layers import first_convolution, kernel_form
     from tpuperf_cli.hlo.parser import parse_module
+    from tpuperf_cli.records import KERNEL_FEATURES
+    from tpuperf_cli.stream import decode_array
 
+    mnk = [KERNEL_FEATURES.index(f"matmul_{d}") for d in "mnk"]
     groups = {name: [] for name in MATMUL_SHAPES}
     for i, r in enumerate(records):
         text = r.get("hlo") or ""
-        if " convolution(" not in text and " dot(" not in text:
-            continue
-        module = parse_module(text, "kernel")
-        convs = [ins for comp in module.computations.values() for ins in comp.instructions
-                 if ins.opcode == "convolution"]
-        if convs:
-            naive = kernel_form(convs[0]) != "eigen"
+        if " convolution(" in text:
+            naive = kernel_form(first_convolution(parse_module(text, "kernel"))) != "eigen"
             groups["convolution, naive loop" if naive else "convolution, Eigen"].append(i)
-        else:
-            cost = kernel_cost(module)
-            small = min(cost["matmul_m"], cost["matmul_n"], cost["matmul_k"]) <= 64
+        elif " dot(" in text:
+            small = decode_array(r["kernel_feat"], "kernel_feat")[mnk].min() <= 64
             groups["dot, a dim <= 64" if small else "dot, every dim > 64"].append(i)
     return {name: np.asarray(idx, dtype=int) for name, idx in groups.items()}
 

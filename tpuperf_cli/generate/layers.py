@@ -190,13 +190,19 @@ def kernel_form(conv: Instruction) -> str:
     return "eigen"
 
 
+def first_convolution(module) -> Instruction | None:
+    """The first convolution of a kernel's module, in any computation (a
+    fusion's too), or None."""
+    return next((ins for comp in module.computations.values() for ins in comp.instructions
+                 if ins.opcode == "convolution"), None)
+
+
 def slow_to_measure(record: Record) -> bool:
     """Whether a kernel may take over MAX_SECONDS a run: its flops at
     SLOWEST_PS's rate for the form of its convolution."""
     module = parse_module(record["hlo"], "<layers kernel>")
-    conv = next(ins for comp in module.computations.values() for ins in comp.instructions
-                if ins.opcode == "convolution")
-    return kernel_cost(module)["flops"] * SLOWEST_PS[kernel_form(conv)] * 1e-12 > MAX_SECONDS
+    form = kernel_form(first_convolution(module))
+    return kernel_cost(module)["flops"] * SLOWEST_PS[form] * 1e-12 > MAX_SECONDS
 
 
 def layer_name(layer: dict) -> str:

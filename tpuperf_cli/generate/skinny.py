@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.generate import Failed
-from tpuperf_cli.generate.ops import BYTES, MAX_BYTES, compiled_kernels
+from tpuperf_cli.generate.ops import BYTES, MAX_BYTES, _Op, compiled_kernels
 from tpuperf_cli.records import PROGRAM, Record
 
 SOURCE_NAME = "skinny"
@@ -87,29 +87,20 @@ def draw_dot(r: random.Random) -> dict | None:
 def dot_text(dot: dict) -> str:
     """An HLO module of the dot alone: lhs [batch,]m,k (k,m when t), rhs
     [batch,]k,n (n,k when t), row-major, result [batch,]m,n."""
-    dt, b = dot["dtype"], [dot["batch"]] if dot["batch"] else []
+    b = [dot["batch"]] if dot["batch"] else []
     lhs_t, rhs_t = dot["order"][0] == "t", dot["order"][1] == "t"
-    lhs = b + ([dot["k"], dot["m"]] if lhs_t else [dot["m"], dot["k"]])
-    rhs = b + ([dot["n"], dot["k"]] if rhs_t else [dot["k"], dot["n"]])
-    out = b + [dot["m"], dot["n"]]
     nb = len(b)
 
-    def shape(dims):
-        return f"{dt}[{','.join(map(str, dims))}]{{{','.join(map(str, reversed(range(len(dims)))))}}}"
+    def shape(dims):                # row-major, as jax writes it
+        return f"{dot['dtype']}[{','.join(map(str, dims))}]{{{','.join(map(str, reversed(range(len(dims)))))}}}"
 
-    attrs = []
-    if nb:
-        attrs += ["lhs_batch_dims={0}", "rhs_batch_dims={0}"]
+    op = _Op("skinny_dot")
+    lhs = op.param(shape(b + ([dot["k"], dot["m"]] if lhs_t else [dot["m"], dot["k"]])))
+    rhs = op.param(shape(b + ([dot["n"], dot["k"]] if rhs_t else [dot["k"], dot["n"]])))
+    attrs = ["lhs_batch_dims={0}", "rhs_batch_dims={0}"] if nb else []
     attrs += [f"lhs_contracting_dims={{{nb + (0 if lhs_t else 1)}}}",
               f"rhs_contracting_dims={{{nb + (1 if rhs_t else 0)}}}"]
-    return "\n".join([
-        "HloModule skinny_dot", "",
-        f"ENTRY %main (p0: {shape(lhs).split('{')[0]}, p1: {shape(rhs).split('{')[0]}) "
-        f"-> {shape(out).split('{')[0]} {{",
-        f"  %p0 = {shape(lhs)} parameter(0)",
-        f"  %p1 = {shape(rhs)} parameter(1)",
-        f"  ROOT %dot = {shape(out)} dot(%p0, %p1), {', '.join(attrs)}",
-        "}", ""])
+    return op.text(shape(b + [dot["m"], dot["n"]]), "dot", [lhs, rhs], ", ".join(attrs))
 
 
 def generate(seed: int, programs: Sequence[str], log: Callable[[str], None]) -> Iterator[Record]:

@@ -311,14 +311,12 @@ def matmul_layout(an, comp, ins) -> tuple[int, int]:
 
 def matmul_rhs_row_bytes(an, comp, ins) -> int:
     """The bytes between one row of a dot's or convolution's rhs and the
-    next, where it is contracted along its minor physical dim (a weight
-    stored transposed: matmul_layout's rhs_k_minor), else 0. XLA:CPU reads
-    such a weight's rows side by side, and rows a power of two of bytes
-    apart share cache sets: f32[16,512] by the transpose of f32[256,512]
-    ran at 0.12x the untransposed dot's speed, 0.39x at other k
-    (benchmarks/bench_dot_strides.py on an AMD EPYC family 25 model 17)."""
-    if not matmul_layout(an, comp, ins)[1]:
-        return 0
+    next (its minor physical dim's size in bytes). Where the rhs is
+    contracted along that dim (a weight stored transposed: matmul_layout's
+    rhs_k_minor), XLA:CPU reads its rows side by side, and rows a power of
+    two of bytes apart share cache sets: f32[16,512] by the transpose of
+    f32[256,512] ran at 0.12x the untransposed dot's speed, 0.39x at other
+    k (benchmarks/bench_dot_strides.py on an AMD EPYC family 25 model 17)."""
     rhs = an._operand(comp, ins, 1)
     return rhs.dims[rhs.layout[0]] * ELEMENT_BYTES.get(rhs.element_type, 4)
 
@@ -508,15 +506,16 @@ def alignment(size: int, cap: int = MAX_ALIGN_LOG2) -> int:
 def _largest_matmul(an, comp):
     """(flops, (batch, m, n, k, lhs_k_minor, rhs_k_minor, rhs_row_bytes))
     of the dot or convolution with the most flops in comp and the
-    computations its fusions run (matmul_shape, matmul_layout,
-    matmul_rhs_row_bytes); (0, zeros) without."""
+    computations its fusions run (matmul_shape, matmul_layout, and
+    matmul_rhs_row_bytes where rhs_k_minor, else 0); (0, zeros) without."""
     best = (0, (0, 0, 0, 0, 0, 0, 0))
     for c, ins in _kernel_instructions(an.module, comp):
         if ins.opcode in ("dot", "convolution"):
             f, _ = an.instruction(c, ins)
             if f > best[0] or best[0] == 0:
-                best = (f, matmul_shape(an, c, ins) + matmul_layout(an, c, ins)
-                        + (matmul_rhs_row_bytes(an, c, ins),))
+                layout = matmul_layout(an, c, ins)
+                row_bytes = matmul_rhs_row_bytes(an, c, ins) if layout[1] else 0
+                best = (f, matmul_shape(an, c, ins) + layout + (row_bytes,))
     return best
 
 
