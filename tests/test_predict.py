@@ -387,7 +387,7 @@ def test_records_featurized_before_the_matmul_features_are_told_to_featurize_aga
     from tpuperf_cli.model.examples import use_kernel_features
     from tpuperf_cli.records import KERNEL_FEATURES
 
-    old = SimpleNamespace(kernel_feat=np.ones(5, np.float32))
+    old = SimpleNamespace(kernel_feat=np.ones(5, np.float32), columns=None)
     msg = use_kernel_features(old, len(KERNEL_FEATURES), "in.zst: record 4")
     assert msg.startswith("in.zst: record 4: expected 26 kernel features in kernel_feat, got 5")
     assert "matmul_batch, matmul_m, matmul_n, matmul_k, matmul_m_align, matmul_n_align, " \
@@ -396,15 +396,15 @@ def test_records_featurized_before_the_matmul_features_are_told_to_featurize_aga
         "reduce_bytes, reduce_kept_minor_bytes, reduce_kept_minor_align, minor_loop_unrolled, " \
         "matmul_rhs_row_align features: run featurize" in msg
     # records of the matmul features, before the alignment ones
-    msg = use_kernel_features(SimpleNamespace(kernel_feat=np.ones(9, np.float32)), 26, "r")
+    msg = use_kernel_features(SimpleNamespace(kernel_feat=np.ones(9, np.float32), columns=None), 26, "r")
     assert "before the matmul_m_align, matmul_n_align, matmul_k_align, matmul_lhs_k_minor, " \
         "matmul_rhs_k_minor, relayout_bytes, output_minor_dim, output_minor_align, indexed_slices, " \
         "touched_bytes, relayout_stride, relayout_stride_align, reduce_bytes, " \
         "reduce_kept_minor_bytes, reduce_kept_minor_align, minor_loop_unrolled, matmul_rhs_row_align " \
         "features" in msg
-    new = SimpleNamespace(kernel_feat=np.arange(15, dtype=np.float32))
+    new = SimpleNamespace(kernel_feat=np.arange(15, dtype=np.float32), columns=None)
     assert use_kernel_features(new, 5, "x") is None and new.kernel_feat.tolist() == [0, 1, 2, 3, 4]
-    new = SimpleNamespace(kernel_feat=np.arange(15, dtype=np.float32))
+    new = SimpleNamespace(kernel_feat=np.arange(15, dtype=np.float32), columns=None)
     assert use_kernel_features(new, 9, "x") is None and new.kernel_feat.tolist() == list(range(9))
 
 

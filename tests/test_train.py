@@ -1067,3 +1067,157 @@ def test_teacher_mistakes_are_usage_errors(shards, teacher, unlabelled, tmp_path
     else:
         assert res.exit_code == 2 and message in res.output, res.output
     assert not (tmp_path / "m.pt").exists()
+
+
+# ------------------------------------------------------ kernel feature names
+
+ROW_ALIGN = KERNEL_FEATURES.index("matmul_rhs_row_align")
+
+
+def test_kernel_features_spec_names_columns():
+    """--kernel-features N, N+NAME..., NAME+...: a first-N selection stays a
+    count (model files say only N, as before), any other is its columns in
+    kernel_feat order."""
+    from tpuperf_cli.model.examples import kernel_columns
+
+    assert kernel_columns("16") == (16, None)
+    assert kernel_columns("0") == (0, None)
+    assert kernel_columns("16+matmul_rhs_row_align") == (17, tuple(range(16)) + (ROW_ALIGN,))
+    assert kernel_columns("15+output_minor_dim") == (16, None)          # the first 16 after all
+    assert kernel_columns("bytes_read+flops") == (2, (0, 2))
+    with pytest.raises(TpuperfError, match="'row_align' is not a kernel feature .*matmul_rhs_row_align"):
+        kernel_columns("16+row_align")
+    with pytest.raises(TpuperfError, match=f"at most {len(KERNEL_FEATURES)} kernel features"):
+        kernel_columns(str(len(KERNEL_FEATURES) + 1))
+
+
+def test_picked_columns_are_not_taken_for_a_record_of_fewer():
+    """A record of exactly as many kernel features as a selection reads,
+    featurized before the named one existed, is an error, not a record
+    whose columns were already picked; a picked example stays as it is."""
+    from tpuperf_cli.model.examples import kernel_columns, pick_kernel_features, use_kernel_features
+
+    n, columns = kernel_columns("16+matmul_rhs_row_align")
+    (rec,) = synthetic_records(n_programs=1, kernels=1, seed=5)
+    rec["kernel_feat"] = np.arange(len(KERNEL_FEATURES), dtype=np.float32)
+    ex = example(rec)
+    assert use_kernel_features(ex, n, "r", rec, columns=columns) is None
+    assert ex.kernel_feat.tolist() == list(range(16)) + [ROW_ALIGN] and ex.columns == columns
+    assert pick_kernel_features(ex, n, columns) is ex.kernel_feat          # picked once only
+    assert pick_kernel_features(ex, 17, None) is None                      # not a first 17 now
+    old = dict(rec, kernel_feat=np.arange(17, dtype=np.float32))
+    msg = use_kernel_features(example(old), n, "record 3", old, columns=columns)
+    assert msg.startswith(f"record 3: expected {len(KERNEL_FEATURES)} kernel features in kernel_feat, "
+                          "got 17 (the model reads matmul_rhs_row_align)")
+    assert "run featurize on them again" in msg
+
+
+def test_scaling_keeps_the_names_of_its_columns():
+    _, columns = kernel_columns_of("5+matmul_rhs_row_align")
+    s = Scaler(columns=columns)
+    s.update(_picked(synthetic_records(n_programs=1, kernels=3, seed=6), columns))
+    d = s.finish().to_dict()
+    assert d["kernel_features"] == 6 and d["kernel_columns"] == list(KERNEL_FEATURES[:5]) + [
+        "matmul_rhs_row_align"]
+    back = Scaler.from_dict(d)
+    assert back.columns == columns and back.kernel_features == 6 and back.minor_column is None
+    first = Scaler(16)
+    first.update(example(synthetic_records(n_programs=1, kernels=1, seed=6)[0]).cut(16))
+    assert "kernel_columns" not in first.finish().to_dict() and first.minor_column == 15
+    with pytest.raises(ValueError, match="does not know \\['future_feature'\\]"):
+        Scaler.from_dict(dict(d, kernel_columns=d["kernel_columns"][:5] + ["future_feature"]))
+
+
+def kernel_columns_of(spec):
+    from tpuperf_cli.model.examples import kernel_columns
+
+    return kernel_columns(spec)
+
+
+def _picked(records, columns):
+    from tpuperf_cli.model.examples import use_kernel_features
+
+    ex = example(records[0])
+    assert use_kernel_features(ex, len(columns), "r", columns=columns) is None
+    return ex
+
+
+@pytest.mark.parametrize("memory_mb", [2048, 0.01])
+def test_a_model_reads_the_named_kernel_features_alone(tmp_path, memory_mb):
+    """train --kernel-features 5+matmul_rhs_row_align reads those six
+    columns (in memory and streamed): predict, on either engine, gives the
+    same for records that differ only in a column it does not read, and
+    another figure where the named column differs; a record without that
+    column is an error naming it."""
+    from tpuperf_cli.model.predict import load_model, predict_records
+
+    recs = synthetic_records(n_programs=3, kernels=16, seed=8)
+    rng = np.random.default_rng(0)
+    for r in recs:
+        r["kernel_feat"] = r["kernel_feat"].copy()
+        r["kernel_feat"][ROW_ALIGN] = rng.integers(0, 13)
+    paths = write_shards(tmp_path, recs)
+    out = tmp_path / "named.pt"
+    n, columns = kernel_columns_of("5+matmul_rhs_row_align")
+    train(paths, out, NetConfig(hidden=8, opcode_dim=4, layers=1),
+          fast_opts(epochs=2, memory_mb=memory_mb, kernel_features=n, kernel_columns=columns), progress=quiet)
+    scaling = torch.load(out, weights_only=True)["scaling"]
+    assert scaling["kernel_features"] == 6 and scaling["kernel_columns"][-1] == "matmul_rhs_row_align"
+    assert load_model(str(out)).describe()["kernel_features"] == scaling["kernel_columns"]
+
+    def with_column(column, value):
+        rs = [dict(r) for r in recs[:6]]
+        for r in rs:
+            r["kernel_feat"] = r["kernel_feat"].copy()
+            r["kernel_feat"][column] = value
+        return rs
+
+    for engine in ("numpy", "dgl"):
+        model = load_model(str(out), engine=engine)
+
+        def pred(rs):
+            return np.array([r["pred_ns"] for r in predict_records([dict(r) for r in rs], model, 4)])
+
+        base = pred(with_column(ROW_ALIGN, 3))
+        np.testing.assert_allclose(pred(with_column(9, 7)), pred(recs[:6]), rtol=1e-6)
+        assert np.abs(pred(with_column(ROW_ALIGN, 12)) / base - 1).max() > 1e-4
+        np.testing.assert_allclose(model.predict_examples([example(r) for r in with_column(ROW_ALIGN, 3)]),
+                                   base, rtol=1e-5)
+        old = [dict(recs[0], kernel_feat=recs[0]["kernel_feat"][:6].copy())]
+        with pytest.raises(StreamError, match=r"record 1 \(synth0/fusion.0\): expected "
+                                              f"{len(KERNEL_FEATURES)} kernel features .*got 6 "
+                                              r"\(the model reads matmul_rhs_row_align\)"):
+            list(predict_records(old, model, 4))
+
+
+def test_named_kernel_features_on_the_command_line_are_checked(shards, tmp_path):
+    from tpuperf_cli.commands.train import cli
+
+    args = ["--data", str(shards / "synth0.zst"), "-o", str(tmp_path / "x.pt"), "--epochs", "1", "-q"]
+    res = CliRunner().invoke(cli, args + ["--kernel-features", "16+row_align"])
+    assert res.exit_code == 2 and "'row_align' is not a kernel feature" in res.output
+    # a TpuperfError reaches the CLI's handler (tpuperf_cli.cli), which exits with its exit_code
+    res = CliRunner().invoke(cli, args + ["--kernel-features", "3+matmul_rhs_row_align", "--learner", "gbdt"])
+    assert isinstance(res.exception, TpuperfError) and res.exception.exit_code == 2
+    assert "--learner gbdt reads the first 5 kernel features" in str(res.exception)
+    res = CliRunner().invoke(cli, args + ["--kernel-features", "16+matmul_rhs_row_align", "--hidden", "8",
+                                          "--opcode-dim", "4", "--minor-embedding", "4"])
+    assert res.exit_code == 0, res.output                  # output_minor_dim is among the 16
+    res = CliRunner().invoke(cli, args + ["--kernel-features", "flops+matmul_rhs_row_align",
+                                          "--minor-embedding", "4"])
+    assert isinstance(res.exception, TpuperfError) and res.exception.exit_code == 2
+    assert "name output_minor_dim in --kernel-features" in str(res.exception)
+
+
+def test_resume_cannot_change_the_named_kernel_features():
+    from dataclasses import asdict
+
+    from tpuperf_cli.model.options import resume_options
+
+    _, a = kernel_columns_of("16+matmul_rhs_row_align")
+    _, b = kernel_columns_of("16+minor_loop_unrolled")
+    stored = asdict(TrainOptions(kernel_features=17, kernel_columns=a))
+    with pytest.raises(TpuperfError, match=r"--kernel-features \(the run has .*\+matmul_rhs_row_align, "
+                                           r"not .*\+minor_loop_unrolled\)"):
+        resume_options(stored, asdict(NetConfig()), TrainOptions(kernel_features=17, kernel_columns=b), None,
+                       {"kernel_features", "kernel_columns"})

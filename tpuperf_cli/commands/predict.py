@@ -43,8 +43,8 @@ from tpuperf_cli.commands.options import (
                    "model file knows (the kernels its training data measured, or that "
                    "calibrate timed), which predict otherwise gives at that measurement.")
 @click.option("--show-model", is_flag=True,
-              help="Print what the model file holds (name, task, target, hyperparameters, "
-                   "training data and figures) as JSON and exit.")
+              help="Print what the model file holds (name, task, target, the kernel "
+                   "features it reads, hyperparameters, training data and figures) as JSON and exit.")
 @quiet_option(help="No notes on stderr: neither the default model chosen nor the warnings "
                    "(records measured on another target than the model's; kernels larger "
                    "than a tree model was trained on).")
@@ -92,7 +92,8 @@ def cli(files, model, batch_size, output, device, threads, engine, no_known, sho
     the record and what is wrong; the records before it are written. A
     record with more kernel features than the model was trained with
     (featurized by a later tpuperf: kernel features are only appended) is
-    read by its first ones.
+    read by its first ones, or by the ones the model names where it was
+    trained on a selection (train --kernel-features 16+NAME).
 
     \b
     Examples:

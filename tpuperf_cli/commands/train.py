@@ -6,6 +6,15 @@ from tpuperf_cli.commands.options import CONTEXT, AliasOption, output_option, qu
 from tpuperf_cli.errors import TpuperfError
 
 
+def _kernel_features(ctx, param, value) -> tuple:
+    from tpuperf_cli.model.examples import kernel_columns
+
+    try:
+        return kernel_columns(value)
+    except TpuperfError as e:
+        raise click.BadParameter(str(e).split(": ", 1)[-1], ctx, param) from None
+
+
 def _source_weights(ctx, param, values) -> dict:
     from tpuperf_cli.model.options import parse_source_weights
 
@@ -109,16 +118,17 @@ def _source_weights(ctx, param, values) -> dict:
               help="With --generated-even source: give SOURCE W parts of --generated-share "
                    "where the other sources get 1 each (0.5: half as much; 0: none), e.g. "
                    "--source-weight indexed=0.25; repeatable.")
-@click.option("--kernel-features", type=click.IntRange(0), default=0, metavar="N",
-              help="Read only the first N kernel features of the records (featurize's "
-                   "kernel_feat order; 5: without the matmul ones, 9: without their "
+@click.option("--kernel-features", default="0", metavar="SPEC", callback=_kernel_features,
+              help="Which kernel features of the records to read (featurize's kernel_feat "
+                   "order): N, the first N (5: without the matmul ones, 9: without their "
                    "alignment and layout, 14: without relayout_bytes and the two output_minor ones, 15: "
                    "without those two, 16: without output_minor_align and indexed_slices, 17: "
                    "without indexed_slices, 18: without touched_bytes, 19: without the relayout_stride "
                    "and reduce_* ones, 24: without minor_loop_unrolled, 25: without matmul_rhs_row_align), "
-                   "to compare with a "
-                   "model trained on records of fewer. "
-                   "[default: 0, all of them]")
+                   "to compare with a model trained on records of fewer; N+NAME[+NAME...], the first N "
+                   "and the features named (e.g. 16+matmul_rhs_row_align); NAME[+NAME...], only those. "
+                   "The model file keeps the names, and predict reads the same columns of newer "
+                   "records. [default: 0, all of them]")
 @click.option("--configs", type=click.IntRange(2), default=16, show_default=True,
               help="Tile task: configurations drawn per kernel per epoch.")
 @click.option("--memory-mb", type=click.FloatRange(1), default=2048, show_default=True,
@@ -170,7 +180,7 @@ def _source_weights(ctx, param, values) -> dict:
                    "joining every node's input and the final layer's: XLA:CPU's elementwise "
                    "loops run 7 to 15 times slower an element at a minor dim of 9 to 34 than at "
                    "8 or 35 and above (two machines), a step the log-scaled feature hides. "
-                   "0: none. Needs --kernel-features 16 or more.")
+                   "0: none. Needs output_minor_dim among --kernel-features (16 or more, or named).")
 @click.option("--normalize/--no-normalize", default=True, show_default=True,
               help="L2-normalise node embeddings after each GNN layer.")
 @click.option("--kernel-head/--no-kernel-head", default=True, show_default=True,
@@ -336,7 +346,8 @@ def cli(files, data, output, valid, split, task, loss, huber_within, epochs, bat
                         label_floor_ns=label_floor_us * 1000.0, even=even,
                         generated_share=-1.0 if generated_share is None else generated_share,
                         generated_even=generated_even, source_weight=source_weight,
-                        kernel_features=kernel_features, configs=configs, memory_mb=memory_mb, seed=seed, device=device,
+                        kernel_features=kernel_features[0], kernel_columns=kernel_features[1] or (),
+                        configs=configs, memory_mb=memory_mb, seed=seed, device=device,
                         threads=threads, max_time=max_time, ema=ema, tail_average=tail_average or "",
                         teacher=teacher or "",
                         teacher_weight=teacher_weight, teacher_data=tuple(teacher_data))
@@ -366,7 +377,8 @@ def _train_trees(shards, output, valid, split, task, loss, lr, patience, min_us,
                         even=even,
                         generated_share=-1.0 if generated_share is None else generated_share,
                         generated_even=generated_even, source_weight=source_weight,
-                        kernel_features=kernel_features, memory_mb=memory_mb, seed=seed, threads=threads,
+                        kernel_features=kernel_features[0], kernel_columns=kernel_features[1] or (),
+                        memory_mb=memory_mb, seed=seed, threads=threads,
                         max_time=max_time)
     tree = TreeOptions(trees=trees, leaves=leaves, lr=lr or 0.03,
                        patience=patience if "patience" in _given() else 50,
@@ -390,5 +402,5 @@ def _given():
     from tpuperf_cli.model.options import US_FIELDS
 
     renamed = {flag[2:].replace("-", "_"): name for name, flag in US_FIELDS.items()}
-    return {renamed.get(p, p) for p in ctx.params
-            if ctx.get_parameter_source(p) in explicit}
+    given = {renamed.get(p, p) for p in ctx.params if ctx.get_parameter_source(p) in explicit}
+    return given | {"kernel_columns"} if "kernel_features" in given else given

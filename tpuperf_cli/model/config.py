@@ -30,13 +30,13 @@ MINOR_MAX = 128
 MINOR_TOKENS = MINOR_MAX + 2
 
 
-def minor_tokens(kernel_feat: np.ndarray) -> np.ndarray:
+def minor_tokens(kernel_feat: np.ndarray, column: int | None = MINOR_FEATURE) -> np.ndarray:
     """The --minor-embedding token of each row of raw (unscaled) kernel
-    features (B, K): output_minor_dim clipped to [0, MINOR_MAX + 1], 0 for
-    rows too short to hold it."""
-    if kernel_feat.shape[1] <= MINOR_FEATURE:
+    features (B, K): output_minor_dim (at `column`: Scaler.minor_column)
+    clipped to [0, MINOR_MAX + 1], 0 where the rows do not hold it."""
+    if column is None or kernel_feat.shape[1] <= column:
         return np.zeros(kernel_feat.shape[0], np.int64)
-    v = np.nan_to_num(kernel_feat[:, MINOR_FEATURE].astype(np.float64), nan=0.0)
+    v = np.nan_to_num(kernel_feat[:, column].astype(np.float64), nan=0.0)
     return np.clip(np.rint(v), 0, MINOR_MAX + 1).astype(np.int64)
 
 
@@ -108,9 +108,6 @@ class NetConfig:
             raise ValueError(f"in_features must exceed the {NODE_FEATURES} node features")
         if self.minor_dim < 0:
             raise ValueError("minor_dim must be >= 0")
-        if self.minor_dim and self.in_features - NODE_FEATURES - CONFIG_FEATURES <= MINOR_FEATURE:
-            raise ValueError(f"--minor-embedding reads kernel feature {MINOR_FEATURE + 1} "
-                             f"(output_minor_dim): give --kernel-features {MINOR_FEATURE + 1} or more")
         if self.hidden < 1 or self.layers < 0 or self.neighbors < 1 or self.opcode_dim < 1:
             raise ValueError("hidden, opcode_dim and neighbors must be positive, layers >= 0")
         if self.reduction == "transformer" and self.hidden % self.heads:

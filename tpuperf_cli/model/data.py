@@ -93,7 +93,7 @@ def make_batch(examples: Sequence[Example], scaler: Scaler, lut: np.ndarray, nei
     node *= scaler.inv[:nf]
     x[:, :nf] = node
     kc = np.stack([np.concatenate([ex.kernel_feat, ex.config_feat]) for ex in examples])
-    b.minor = minor_tokens(kc[:, :scaler.kernel_features])   # --minor-embedding's tokens (B,)
+    b.minor = minor_tokens(kc[:, :scaler.kernel_features], scaler.minor_column)   # --minor-embedding's tokens (B,)
     kc = (slog(kc) - scaler.lo[nf:]) * scaler.inv[nf:]
     x[:, nf:] = np.repeat(kc, n_nodes, axis=0)
     b.x = x
@@ -194,6 +194,7 @@ class Corpus:
         self.rank, self.world = shard
         self.local = 0             # examples of this rank
         self.kernel_features = None   # kernel features kept of each example (None: all)
+        self.columns = None           # which, where not the first ones (Scaler.columns)
         self.known = {}            # path -> known.Collector of its measured kernels (fusion)
 
     # -------------------------------------------------------- one pass
@@ -224,18 +225,26 @@ class Corpus:
                 if mine_only and not mine:
                     continue
             ex = example(record, number, name)
-            if ex is not None and self.kernel_features and ex.kernel_feat.size > self.kernel_features:
+            if ex is not None and self.columns is not None:
+                wrong = use_kernel_features(ex, self.kernel_features, locate(number, name, record), record,
+                                            columns=self.columns)
+                if wrong:
+                    raise StreamError(wrong)
+            elif ex is not None and self.kernel_features and ex.kernel_feat.size > self.kernel_features:
                 ex.kernel_feat = ex.kernel_feat[:self.kernel_features]   # a model reads the first
             yield ex, record, number, name, mine
 
-    def scan(self, scaler: Scaler | None = None, kernel_features: int | None = None) -> Corpus:
+    def scan(self, scaler: Scaler | None = None, kernel_features: int | None = None,
+             columns: tuple[int, ...] | None = None) -> Corpus:
         """The first pass: fit scaler (if given), count programs, cache if it
         fits. kernel_features: the kernel_feat length every example must
-        have (that of a scaling learnt before), StreamError otherwise."""
+        have (that of a scaling learnt before; columns: which, where not
+        the first ones), StreamError otherwise."""
         cache = {}
         keep = True
         groups = {}
         self.kernel_features = kernel_features or (scaler.kernel_features if scaler else None)
+        self.columns = columns or (scaler.columns if scaler else None)
         for path in self.paths:
             kept = []
             known = self.known.setdefault(path, Collector())

@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from tpuperf_cli.errors import StreamError, TpuperfError
+from tpuperf_cli.model.config import MINOR_FEATURE
 from tpuperf_cli.records import (
     CONFIG_FEAT,
     CONFIG_FEATURES,
@@ -53,7 +54,7 @@ class Example:
     """One graph record, reduced to the arrays the model reads."""
 
     __slots__ = ("opcode", "node_feat", "edges", "kernel_feat", "config_feat",
-                 "runtime", "program", "kernel", "order", "noise", "fingerprint")
+                 "runtime", "program", "kernel", "order", "noise", "fingerprint", "columns")
 
     def __init__(self, opcode: np.ndarray, node_feat: np.ndarray, edges: np.ndarray, kernel_feat: np.ndarray,
                  config_feat: np.ndarray, runtime: float = math.nan, program: str = "", kernel: str = ""):
@@ -68,13 +69,22 @@ class Example:
         self.order = None      # topological order, computed when a sequence reduction needs it
         self.noise = math.nan  # measure's relative spread of the samples, where it wrote one
         self.fingerprint = None  # hlo-split's hash of the kernel (model.known looks it up)
+        # the kernel_feat columns picked for a model reading a selection
+        # (pick_kernel_features); None: the record's own, as featurize wrote them
+        self.columns = None
 
-    def cut(self, kernel_features: int) -> Example:
-        """A shallow copy reading only the first kernel_features kernel features."""
+    def cut(self, kernel_features: int, columns: tuple[int, ...] | None = None) -> Example | None:
+        """A shallow copy reading only the kernel features a model of
+        kernel_features reads (its first ones, or `columns`); None when this
+        example lacks them."""
+        picked = pick_kernel_features(self, kernel_features, columns)
+        if picked is None:
+            return None
         out = Example.__new__(Example)
         for name in Example.__slots__:
             setattr(out, name, getattr(self, name))
-        out.kernel_feat = self.kernel_feat[:kernel_features]
+        out.kernel_feat = picked
+        out.columns = columns
         return out
 
     @property
@@ -192,15 +202,66 @@ def kernel_features_error(ex: Example, expected: int, where: object, record: Rec
     return f"{where}: expected {expected} kernel features in kernel_feat, got {what}{why}{hint}"
 
 
-def use_kernel_features(ex: Example, expected: int, where: object, record: Record | None = None,
-                        why: str = "") -> str | None:
-    """Fit ex to a model trained with `expected` kernel features; None when
-    it can be, else kernel_features_error's message. A record featurized
-    after the model was trained carries more (KERNEL_FEATURES only grows by
-    appending): the model reads the first `expected` of them."""
-    if ex.kernel_feat.size > expected:
-        ex.kernel_feat = ex.kernel_feat[:expected]
+def kernel_columns(spec: str) -> tuple[int, tuple[int, ...] | None]:
+    """(how many kernel features, which) a model reads by train's
+    --kernel-features SPEC: "N" the first N (0: all of a record's); "N+NAME
+    [+NAME...]" the first N and the named ones; "NAME[+NAME...]" only the
+    named ones (records.KERNEL_FEATURES' names). The columns are indices in
+    kernel_feat order, None where the selection is a first N (a model file
+    then says only N, as before selections existed). TpuperfError naming a
+    part that is neither a count nor a feature."""
+    parts = [p.strip() for p in str(spec).split("+")]
+    first = 0
+    if parts and parts[0].isdigit():
+        first = int(parts.pop(0))
+        if first > len(KERNEL_FEATURES):
+            raise TpuperfError(f"--kernel-features {spec}: records hold at most {len(KERNEL_FEATURES)} "
+                               f"kernel features", exit_code=2)
+        if not parts:
+            return first, None
+    chosen = set(range(first))
+    for name in parts:
+        if name not in KERNEL_FEATURES:
+            raise TpuperfError(f"--kernel-features {spec}: {name!r} is not a kernel feature (a count "
+                               f"first, then names joined by '+': {', '.join(KERNEL_FEATURES)})",
+                               exit_code=2)
+        chosen.add(KERNEL_FEATURES.index(name))
+    columns = tuple(sorted(chosen))
+    if columns == tuple(range(len(columns))):
+        return len(columns), None
+    return len(columns), columns
+
+
+def pick_kernel_features(ex: Example, count: int, columns: tuple[int, ...] | None) -> np.ndarray | None:
+    """ex's kernel features as a model of `count` reads them (the first
+    `count`, or `columns`), None when ex lacks them. An example already
+    picked for these columns is kept as it is; a record's own kernel_feat
+    may hold more (KERNEL_FEATURES only grows by appending)."""
+    kf = ex.kernel_feat
+    if columns is None:
+        if ex.columns is None and kf.size >= count:
+            return kf if kf.size == count else kf[:count]
         return None
+    if ex.columns == columns:
+        return kf
+    if ex.columns is None and kf.size > columns[-1]:
+        return kf[list(columns)]
+    return None
+
+
+def use_kernel_features(ex: Example, expected: int, where: object, record: Record | None = None,
+                        why: str = "", columns: tuple[int, ...] | None = None) -> str | None:
+    """Fit ex to a model trained with `expected` kernel features (its first
+    `expected`, or `columns`); None when it can be, else kernel_features_error's
+    message. A record featurized after the model was trained carries more
+    (KERNEL_FEATURES only grows by appending): the model reads its own."""
+    picked = pick_kernel_features(ex, expected, columns)
+    if picked is not None:
+        ex.kernel_feat, ex.columns = picked, columns
+        return None
+    if columns is not None:
+        return kernel_features_error(ex, columns[-1] + 1, where, record,
+                                     f" (the model reads {KERNEL_FEATURES[columns[-1]]}){why}")
     return kernel_features_error(ex, expected, where, record, why)
 
 
@@ -248,10 +309,13 @@ def slog(x: ArrayLike) -> np.ndarray:
 class Scaler:
     """Min-max scaling of signed-log features, learnt from training data."""
 
-    def __init__(self, kernel_features: int | None = None, floor_ns: float = 0.0):
-        self.kernel_features = kernel_features
+    def __init__(self, kernel_features: int | None = None, floor_ns: float = 0.0,
+                 columns: tuple[int, ...] | None = None):
+        self.kernel_features = len(columns) if columns else kernel_features
+        # the kernel_feat columns read where they are not a first N (kernel_columns)
+        self.columns = tuple(columns) if columns else None
         self.floor_ns = floor_ns            # train --label-floor-us: fit max(runtime, floor)
-        self.asked = kernel_features        # train --kernel-features
+        self.asked = self.kernel_features   # train --kernel-features
         self.lo = None
         self.hi = None
         self.opcodes = set()
@@ -270,7 +334,7 @@ class Scaler:
     def update(self, ex: Example, where: object = "record") -> None:
         if self.kernel_features is None:
             self.kernel_features = ex.kernel_feat.size
-        if ex.kernel_feat.size != self.kernel_features:
+        if ex.kernel_feat.size != self.kernel_features or ex.columns != self.columns:
             why = (f"; --kernel-features asks for {self.asked}" if self.asked else
                    f"; the records before it have {self.kernel_features}")
             raise StreamError(kernel_features_error(ex, self.kernel_features, where, why=why))
@@ -310,6 +374,7 @@ class Scaler:
     def to_dict(self) -> dict:
         return {"lo": [float(v) for v in self.lo], "hi": [float(v) for v in self.hi],
                 "kernel_features": int(self.kernel_features),
+                **({"kernel_columns": [KERNEL_FEATURES[i] for i in self.columns]} if self.columns else {}),
                 "opcodes": sorted(int(o) for o in self.opcodes),
                 "log_runtime_mean": float(self.mean), "log_runtime_std": float(self.std),
                 "examples": int(self.count), "transform": "signed-log, then min-max",
@@ -317,7 +382,16 @@ class Scaler:
 
     @classmethod
     def from_dict(cls, d: dict) -> Scaler:
-        s = cls(int(d["kernel_features"]))
+        names = d.get("kernel_columns")
+        if names is not None:
+            unknown = [n for n in names if n not in KERNEL_FEATURES]
+            if unknown or len(names) != int(d["kernel_features"]):
+                raise ValueError(f"scaling reads kernel features {names}, of which this tpuperf does "
+                                 f"not know {unknown}" if unknown else
+                                 f"scaling names {len(names)} kernel columns for {d['kernel_features']}")
+            s = cls(columns=tuple(sorted(KERNEL_FEATURES.index(n) for n in names)))
+        else:
+            s = cls(int(d["kernel_features"]))
         s.asked = None
         s.lo = np.asarray(d["lo"], np.float32)
         s.hi = np.asarray(d["hi"], np.float32)
@@ -329,6 +403,19 @@ class Scaler:
         s.count = int(d.get("examples", 0))   # a resumed run's model file says it as the first did
         s.floor_ns = float(d.get("label_floor_ns", 0.0))
         return s
+
+    def names(self) -> list[str]:
+        """The kernel features this scaling reads, by name (KERNEL_FEATURES)."""
+        columns = self.columns if self.columns is not None else range(self.kernel_features or 0)
+        return [KERNEL_FEATURES[i] if i < len(KERNEL_FEATURES) else f"kernel_feat[{i}]" for i in columns]
+
+    @property
+    def minor_column(self) -> int | None:
+        """Where output_minor_dim (--minor-embedding's token) lies among the
+        kernel features this scaling reads, None where it reads none."""
+        if self.columns is None:
+            return MINOR_FEATURE if (self.kernel_features or 0) > MINOR_FEATURE else None
+        return self.columns.index(MINOR_FEATURE) if MINOR_FEATURE in self.columns else None
 
     def opcode_table(self, num_opcodes: int) -> np.ndarray:
         """id -> embedding row: ids seen in training map to themselves, others to 0."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 from tpuperf_cli.errors import TpuperfError
+from tpuperf_cli.records import KERNEL_FEATURES
 
 if TYPE_CHECKING:
     from tpuperf_cli.model.config import NetConfig
@@ -49,6 +50,7 @@ class TrainOptions:
     source_weight: dict = field(default_factory=dict)   # with "source": {source: part against
                                                         # the others' (default 1)}
     kernel_features: int = 0    # read the first N kernel features of the records (0: all)
+    kernel_columns: tuple = ()  # or these kernel_feat columns, N of them (examples.kernel_columns)
     configs: int = 16           # tile task: configurations drawn per kernel per epoch
     memory_mb: float = 2048     # decoded examples kept in memory; beyond that, stream shards
     seed: int = 0               # seeds numpy, torch and the sampling
@@ -107,6 +109,13 @@ class TrainOptions:
             raise TpuperfError("--label-floor-us must be a number >= 0", exit_code=2)
         if self.kernel_features < 0:
             raise TpuperfError("--kernel-features must be at least 0", exit_code=2)
+        self.kernel_columns = tuple(int(c) for c in self.kernel_columns)
+        if self.kernel_columns and (len(self.kernel_columns) != self.kernel_features
+                                    or list(self.kernel_columns) != sorted(set(self.kernel_columns))
+                                    or not 0 <= self.kernel_columns[0] <= self.kernel_columns[-1]
+                                    < len(KERNEL_FEATURES)):
+            raise TpuperfError(f"kernel_columns {list(self.kernel_columns)}: expected "
+                               f"{self.kernel_features} distinct kernel_feat columns in order", exit_code=2)
         if not 0 <= self.teacher_weight <= 1:
             raise TpuperfError("--teacher-weight must be in [0, 1]", exit_code=2)
         if self.teacher_data and not self.teacher:
@@ -149,11 +158,15 @@ def flag_name(field: str) -> str:
     """The command-line option of a TrainOptions or NetConfig field."""
     if field in US_FIELDS:
         return US_FIELDS[field]
+    if field == "kernel_columns":          # the names after --kernel-features N
+        return "--kernel-features"
     return "--" + field.replace("_", "-")
 
 
 def shown_value(field: str, value: object) -> object:
     """A field's value as the command line gives it (--min-us in us)."""
+    if field == "kernel_columns":
+        return "+".join(KERNEL_FEATURES[c] for c in value) or "a first N"
     return value / 1000.0 if field in US_FIELDS else value
 
 

@@ -40,12 +40,13 @@ def _array(v, dtype):
     return shape, data
 
 
-def record_parts(record: Record, kernel_features: int) -> tuple | None:
+def record_parts(record: Record, kernel_features: int, columns: tuple[int, ...] | None = None) -> tuple | None:
     """What the model reads of a graph record, as raw little-endian bytes:
     (n, m, opcode int32, node_feat f32 (n, 140), edge_index int32 (m, 2),
-    kernel_feat f32 ++ config_feat f32), or None when the record is not in
-    featurize's exact layout (then examples.example reads and checks it).
-    Node features and edges are checked per batch (check_parts)."""
+    kernel_feat f32 (its first kernel_features, or `columns`) ++ config_feat
+    f32), or None when the record is not in featurize's exact layout (then
+    examples.example reads and checks it). Node features and edges are
+    checked per batch (check_parts)."""
     try:
         op_shape, op = _array(record[NODE_OPCODE], "<i4")
         nf_shape, nf = _array(record[NODE_FEAT], "<f4")
@@ -59,7 +60,11 @@ def record_parts(record: Record, kernel_features: int) -> tuple | None:
     m = len(ei) >> 3
     # a record featurized after the model carries more kernel features: the
     # model reads the first (records.KERNEL_FEATURES only grows)
-    if len(kf_shape) == 1 and kf_shape[0] > kernel_features and len(kf) == 4 * kf_shape[0]:
+    if columns is not None:
+        if len(kf_shape) != 1 or kf_shape[0] <= columns[-1] or len(kf) != 4 * kf_shape[0]:
+            return None
+        kf_shape, kf = [kernel_features], np.frombuffer(kf, "<f4")[list(columns)].tobytes()
+    elif len(kf_shape) == 1 and kf_shape[0] > kernel_features and len(kf) == 4 * kf_shape[0]:
         kf_shape, kf = [kernel_features], kf[:4 * kernel_features]
     if n == 0 or op_shape != [n] or nf_shape != [n, NODE_FEATURES] or len(nf) != n * _ROW_BYTES \
             or kf_shape != [kernel_features] or len(kf) != 4 * kernel_features \
@@ -138,7 +143,7 @@ def parts_batch(parts: Parts, scaler: Scaler, lut: np.ndarray, neighbors: int, s
     node = _slog(parts.node)
     node -= scaler.lo[:nf]
     node *= scaler.inv[:nf]
-    b.minor = minor_tokens(parts.kc[:, :scaler.kernel_features])
+    b.minor = minor_tokens(parts.kc[:, :scaler.kernel_features], scaler.minor_column)
     kc = (_slog(parts.kc) - scaler.lo[nf:]) * scaler.inv[nf:]
     b.kernel_x = kc.astype(np.float32)
     if full_x:

@@ -236,22 +236,24 @@ class Model:
         """None if the example has the kernel features this model reads, else
         the message saying what is wrong."""
         return use_kernel_features(ex, self.scaler.kernel_features, where, record,
-                                   f"; model {self.name} was trained with {self.scaler.kernel_features}")
+                                   f"; model {self.name} was trained with {self.scaler.kernel_features}",
+                                   self.scaler.columns)
 
     def check_examples(self, examples: Sequence[Example]) -> Sequence[Example]:
         """The examples as this model reads them: one with more kernel
         features than it was trained with (featurized after it) becomes a
         copy of its first ones, the caller's left alone (another model may
         read all of them); StreamError naming the first it cannot read."""
-        kf = self.scaler.kernel_features
+        kf, columns = self.scaler.kernel_features, self.scaler.columns
         fitted = None
         for i, ex in enumerate(examples, 1):
-            if ex.kernel_feat.size == kf:
+            if ex.columns == columns and ex.kernel_feat.size == kf:
                 continue
-            if ex.kernel_feat.size > kf:
+            cut = ex.cut(kf, columns)
+            if cut is not None:
                 if fitted is None:
                     fitted = list(examples)
-                fitted[i - 1] = ex.cut(kf)
+                fitted[i - 1] = cut
                 continue
             what = f"{ex.program}/{ex.kernel}" if ex.program or ex.kernel else "?"
             raise StreamError(self.fits(ex, f"example {i} ({what})"))
@@ -278,6 +280,7 @@ class Model:
                 "members": (self.networks or 1) + (self.trees is not None),
                 "trees": self.trees.cfg.trees if self.trees is not None else None,
                 "target": {k: tgt.get(k) for k in TARGET_KEYS},
+                "kernel_features": self.scaler.names(),
                 "config": self.meta.get("config"), "trained": t}
 
 
@@ -848,7 +851,7 @@ def _predicted(items, model, batch_size, name, warn):
     checked = None              # the last target compared (records of a stream share one)
     trees = model.trees if model.trees is not None else (model.net if model.is_trees else None)
     beyond = trees.beyond if trees is not None else None    # trees count kernels past their data
-    kf = model.scaler.kernel_features
+    kf, columns = model.scaler.kernel_features, model.scaler.columns
     pending, raws, parts, numbers = [], [], [], []
     error = None
 
@@ -869,7 +872,7 @@ def _predicted(items, model, batch_size, name, warn):
         return preds, problem
 
     for number, (record, raw) in enumerate(items, 1):
-        part = record_parts(record, kf) if type(record) is dict else None
+        part = record_parts(record, kf, columns) if type(record) is dict else None
         if part is None:
             try:
                 ex = example(record, number, name)

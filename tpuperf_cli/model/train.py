@@ -34,6 +34,7 @@ import numpy as np
 from tpuperf_cli import __version__
 from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.model import check_device, set_threads
+from tpuperf_cli.model.config import MINOR_FEATURE
 from tpuperf_cli.model.data import Batch, Corpus, expand, make_batch
 from tpuperf_cli.model.dist import Dist
 from tpuperf_cli.model.examples import Scaler
@@ -229,11 +230,11 @@ def load_data(data: Sequence[str], valid: Sequence[str] | None, split: str | Non
     train_set = Corpus(paths, programs, opts.task, opts.memory_mb, opts.configs, shard=shard,
                        held_out=held, listed=programs + held if split else None)
     if scaler is None:
-        scaler = Scaler(opts.kernel_features or None, opts.label_floor_ns)
+        scaler = Scaler(opts.kernel_features or None, opts.label_floor_ns, opts.kernel_columns or None)
         train_set.scan(scaler)
         scaler.finish()
     else:
-        train_set.scan(kernel_features=scaler.kernel_features)
+        train_set.scan(kernel_features=scaler.kernel_features, columns=scaler.columns)
     if train_set.examples == 0:
         raise TpuperfError("no training examples with runtime_ns in " + ", ".join(data)
                            + (f" (programs of {split} 'train')" if split else ""))
@@ -243,10 +244,10 @@ def load_data(data: Sequence[str], valid: Sequence[str] | None, split: str | Non
     if valid:
         # --valid takes precedence over the split's "valid" programs: all its records validate
         valid_set = Corpus(expand(valid, "--valid"), None, opts.task, opts.memory_mb, opts.configs,
-                           shard=shard).scan(kernel_features=scaler.kernel_features)
+                           shard=shard).scan(kernel_features=scaler.kernel_features, columns=scaler.columns)
     elif valid_programs:
         valid_set = Corpus(paths, valid_programs, opts.task, opts.memory_mb, opts.configs,
-                           shard=shard).scan(kernel_features=scaler.kernel_features)
+                           shard=shard).scan(kernel_features=scaler.kernel_features, columns=scaler.columns)
     if train_set.unlisted:
         most = train_set.unlisted.most_common()
         named = ", ".join(f"{n} of {p}" for p, n in most[:4]) + (", ..." if len(most) > 4 else "")
@@ -411,8 +412,12 @@ class TrainingRun:
         self.local_batch = self.dist.local_batch(opts.batch_size)
         net_cfg.in_features = scaler.width
         net_cfg.num_opcodes = max(net_cfg.num_opcodes, max(scaler.opcodes, default=0) + 1)
+        if net_cfg.minor_dim and scaler.minor_column is None:
+            raise TpuperfError(f"--minor-embedding reads kernel feature {MINOR_FEATURE + 1} (output_minor_dim): "
+                               + (f"give --kernel-features {MINOR_FEATURE + 1} or more" if scaler.columns is None
+                                  else "name output_minor_dim in --kernel-features"), exit_code=2)
         try:
-            net_cfg.check()                  # now with the data's features (--minor-embedding's)
+            net_cfg.check()
         except ValueError as e:
             raise TpuperfError(str(e), exit_code=2) from None
         torch.manual_seed(opts.seed)

@@ -452,6 +452,11 @@ def train_trees(data: Sequence[str], out: str, opts, tree: TreeOptions, valid: S
     if opts.task != "fusion":
         raise TpuperfError("--learner gbdt fits runtimes (--task fusion); tile rankings need the "
                            "network", exit_code=2)
+    if opts.kernel_columns and tuple(opts.kernel_columns[:SIZE_FEATURES]) != tuple(range(SIZE_FEATURES)):
+        # TreeNet counts kernels past the training data by these five
+        raise TpuperfError(f"--learner gbdt reads the first {SIZE_FEATURES} kernel features (flops, "
+                           f"transcendentals, bytes read and written, output bytes): give --kernel-features "
+                           f"{SIZE_FEATURES} or more before any names", exit_code=2)
     lightgbm_module()           # before reading the data: say at once what is missing
     t0 = time.time()
     train_set, valid_set, scaler = load_data(data, valid, split, opts, None, progress)
