@@ -36,10 +36,10 @@ from collections.abc import Callable, Iterator, Sequence
 from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.generate import Failed
 from tpuperf_cli.generate.ops import (
+    ModuleText,
     _assign_comp,
     _default_layout,
     _Gen,
-    _Op,
     _scalar_comp,
     compiled_kernels,
 )
@@ -83,7 +83,7 @@ def _gather(g: _Gen) -> tuple[str, str]:
     dims, sizes, index_map, n = _draw(g)
     # the addressed dims are collapsed; the rest of the slice is the output's
     kept = [d for d in range(len(dims)) if d not in index_map]
-    op = _Op("gather")
+    op = ModuleText("gather")
     x = op.param(_shape(g, dt, dims))
     i = op.param(_shape(g, "s32", [n, len(index_map)]))
     attrs = (f"offset_dims={{{','.join(str(1 + j) for j in range(len(kept)))}}}, "
@@ -98,7 +98,7 @@ def _scatter(g: _Gen) -> tuple[str, str]:
     dt = g.choice(("f32", "f32", "f32", "bf16", "f16"))
     dims, sizes, index_map, n = _draw(g)
     kind = g.choice(SCATTER_COMBINERS)
-    op = _Op("scatter")
+    op = ModuleText("scatter")
     op.comps.append(_assign_comp("combine", dt) if kind == "assign"
                     else _scalar_comp("combine", dt, kind))
     x = op.param(_shape(g, dt, dims))

@@ -81,7 +81,7 @@ def _default_layout(rank):
     return list(range(rank - 1, -1, -1))
 
 
-class _Op:
+class ModuleText:
     """One module being written: parameters, called computations, one root."""
 
     def __init__(self, name):
@@ -190,7 +190,7 @@ def _assign_comp(name, dt):
             f"  %x0 = {dt}[] parameter(0)\n  ROOT %x1 = {dt}[] parameter(1)\n}}\n")
 
 
-def _reducer(op: _Op, g: _Gen, dt, kinds=None) -> str:
+def _reducer(op: ModuleText, g: _Gen, dt, kinds=None) -> str:
     """Adds a scalar reducer computation; returns its name."""
     if dt == "pred":
         kind = g.choice(("and", "or"))
@@ -242,7 +242,7 @@ def _unary(g: _Gen, opcode=None):
         dt = "c64"
     dims = _elementwise_dims(g, opcode, dt, 2)
     lay = g.layout(len(dims))
-    op = _Op(opcode)
+    op = ModuleText(opcode)
     x = op.param(g.shape(dt, dims, lay))
     out_dt = "pred" if opcode == "is-finite" else ("f32" if dt == "c64" else dt)
     return opcode, op.text(g.shape(out_dt, dims, lay), opcode, [x], fused=g.rand() < 0.25)
@@ -260,7 +260,7 @@ def _binary(g: _Gen, opcode=None):
         dt = g.choice(FLOATS + INTS) if opcode in BINARY_FLOAT else g.choice(INTS)
     dims = _elementwise_dims(g, opcode, dt, 3)
     lay = g.layout(len(dims))
-    op = _Op(opcode)
+    op = ModuleText(opcode)
     a = op.param(g.shape(dt, dims, lay))
     b = op.param(g.shape(dt, dims, g.layout(len(dims))))
     return opcode, op.text(g.shape(dt, dims, lay), opcode, [a, b], fused=g.rand() < 0.25)
@@ -269,7 +269,7 @@ def _binary(g: _Gen, opcode=None):
 def _compare(g: _Gen):
     dt = g.choice(FLOATS + INTS + ("pred",))
     dims = _elementwise_dims(g, "compare", dt, 3)
-    op = _Op("compare")
+    op = ModuleText("compare")
     a = op.param(g.shape(dt, dims))
     b = op.param(g.shape(dt, dims))
     attrs = f"direction={g.choice(DIRECTIONS)}"
@@ -283,7 +283,7 @@ def _select(g: _Gen):
     dt = g.choice(FLOATS + INTS + ("pred",))
     dims = _elementwise_dims(g, "select", dt, 4)
     lay = g.layout(len(dims))
-    op = _Op("select")
+    op = ModuleText("select")
     p = op.param(g.shape("pred", dims))
     a = op.param(g.shape(dt, dims, lay))
     b = op.param(g.shape(dt, dims))
@@ -293,7 +293,7 @@ def _select(g: _Gen):
 def _clamp(g: _Gen):
     dt = g.choice(FLOATS + INTS)
     dims = _elementwise_dims(g, "clamp", dt, 4)
-    op = _Op("clamp")
+    op = ModuleText("clamp")
     scalar = g.rand() < 0.5
     lo = op.param(g.shape(dt, [] if scalar else dims))
     x = op.param(g.shape(dt, dims))
@@ -306,7 +306,7 @@ def _convert(g: _Gen):
     dst = g.choice(FLOATS + INTS + ("pred", "f8e4m3fn", "f8e5m2"))
     dims = _elementwise_dims(g, "convert", "f64", 2)
     lay = g.layout(len(dims))
-    op = _Op("convert")
+    op = ModuleText("convert")
     x = op.param(g.shape(src, dims, lay))
     return "convert", op.text(g.shape(dst, dims, lay), "convert", [x], fused=g.rand() < 0.25)
 
@@ -317,7 +317,7 @@ def _bitcast_convert(g: _Gen):
     width = g.choice((1, 2, 4, 8))
     src = g.choice(tuple(x for x in groups[width] if x != "pred"))
     dims = _elementwise_dims(g, "bitcast-convert", "f64", 2)
-    op = _Op("bitcast-convert")
+    op = ModuleText("bitcast-convert")
     kind = g.rand()
     if kind < 0.5 or width == 1 or (kind >= 0.75 and width == 8):
         dst = g.choice(tuple(x for x in groups[width] if x not in (src, "pred")))
@@ -340,7 +340,7 @@ def _bitcast_convert(g: _Gen):
 def _reduce_precision(g: _Gen):
     dt = g.choice(("f32", "f64", "bf16", "f16"))
     dims = _elementwise_dims(g, "reduce-precision", dt, 2)
-    op = _Op("reduce-precision")
+    op = ModuleText("reduce-precision")
     x = op.param(g.shape(dt, dims))
     e, m = g.choice(((5, 10), (8, 7), (4, 3), (5, 2), (8, 23)))
     return "reduce-precision", op.text(g.shape(dt, dims), "reduce-precision", [x],
@@ -351,7 +351,7 @@ def _stochastic_convert(g: _Gen):
     src, bits, dst = g.choice((("f32", "u32", "s32"), ("f32", "u32", "s8"),
                                ("f16", "u16", "s8"), ("bf16", "u16", "s16")))
     dims = _elementwise_dims(g, "stochastic-convert", "f32", 3)
-    op = _Op("stochastic-convert")
+    op = ModuleText("stochastic-convert")
     lay = g.layout(len(dims))
     x = op.param(g.shape(src, dims, lay))
     u = op.param(g.shape(bits, dims, lay))
@@ -362,7 +362,7 @@ def _complex_ops(g: _Gen):
     opcode = g.choice(("complex", "real", "imag"))
     dt, cdt = g.choice((("f32", "c64"), ("f64", "c128")))
     dims = _elementwise_dims(g, opcode, cdt, 3)
-    op = _Op(opcode)
+    op = ModuleText(opcode)
     if opcode == "complex":
         a, b = op.param(g.shape(dt, dims)), op.param(g.shape(dt, dims))
         return opcode, op.text(g.shape(cdt, dims), opcode, [a, b])
@@ -373,7 +373,7 @@ def _complex_ops(g: _Gen):
 def _map(g: _Gen):
     dt = g.choice(("f32", "f32", "s32", "f16"))
     dims = _elementwise_dims(g, "map", dt, 3)
-    op = _Op("map")
+    op = ModuleText("map")
     body = g.choice(("add", "multiply", "maximum", "subtract"))
     op.comps.append(_scalar_comp(f"map_{body}", dt, body))
     a, b = op.param(g.shape(dt, dims)), op.param(g.shape(dt, dims))
@@ -397,7 +397,7 @@ def _broadcast(g: _Gen):
     rank = g.randint(1, 5)
     dims = g.dims(rank, _move_cap(dt), min_elems=MIN_ELEMS)
     keep = sorted(g.r.sample(range(rank), g.randint(0, rank - 1)))
-    op = _Op("broadcast")
+    op = ModuleText("broadcast")
     x = op.param(g.shape(dt, [dims[i] for i in keep]))
     return "broadcast", op.text(g.shape(dt, dims), "broadcast", [x],
                                 f"dimensions={{{','.join(map(str, keep))}}}")
@@ -423,7 +423,7 @@ def _transpose(g: _Gen):
         lin, lout = g.layout(rank), g.layout(rank)
         if _moves_data(dims, lin, perm, lout):
             break
-    op = _Op("transpose")
+    op = ModuleText("transpose")
     x = op.param(g.shape(dt, dims, lin))
     return "transpose", op.text(g.shape(dt, [dims[p] for p in perm], lout), "transpose", [x],
                                 f"dimensions={{{','.join(map(str, perm))}}}")
@@ -451,7 +451,7 @@ def _reshape(g: _Gen):
     if out == dims:
         out = [math.prod(dims)]
     # with row-major layouts a reshape is a bitcast XLA removes: mostly other layouts
-    op = _Op("reshape")
+    op = ModuleText("reshape")
     x = op.param(g.shape(dt, dims, g.layout(len(dims), 0.3)))
     return "reshape", op.text(g.shape(dt, out, g.layout(len(out), 0.3)), "reshape", [x])
 
@@ -465,7 +465,7 @@ def _copy(g: _Gen):
         lin, lout = g.layout(rank, 0.3), g.layout(rank, 0.3)
         if _moves_data(dims, lin, list(range(rank)), lout):
             break
-    op = _Op("copy")
+    op = ModuleText("copy")
     x = op.param(g.shape(dt, dims, lin))
     return "copy", op.text(g.shape(dt, dims, lout), "copy", [x])
 
@@ -481,7 +481,7 @@ def _slice(g: _Gen):
         stride = g.choice((1, 1, 1, 2, 3)) if limit - start > 1 else 1
         spec.append(f"[{start}:{limit}:{stride}]" if stride != 1 else f"[{start}:{limit}]")
         out.append((limit - start + stride - 1) // stride)
-    op = _Op("slice")
+    op = ModuleText("slice")
     x = op.param(g.shape(dt, dims))
     return "slice", op.text(g.shape(dt, out), "slice", [x], f"slice={{{', '.join(spec)}}}")
 
@@ -492,7 +492,7 @@ def _concatenate(g: _Gen):
     rank = g.randint(1, 4)
     axis = g.randint(0, rank - 1)
     dims = g.dims(rank, _move_cap(dt) // n, min_elems=MIN_ELEMS)
-    op = _Op("concatenate")
+    op = ModuleText("concatenate")
     parts, total = [], 0
     for _ in range(n):
         d = list(dims)
@@ -510,7 +510,7 @@ def _reverse(g: _Gen):
     rank = g.randint(1, 4)
     dims = g.dims(rank, _move_cap(dt), min_elems=MIN_ELEMS)
     axes = sorted(g.r.sample(range(rank), g.randint(1, rank)))
-    op = _Op("reverse")
+    op = ModuleText("reverse")
     x = op.param(g.shape(dt, dims))
     return "reverse", op.text(g.shape(dt, dims), "reverse", [x],
                               f"dimensions={{{','.join(map(str, axes))}}}")
@@ -530,7 +530,7 @@ def _pad(g: _Gen):
             lo, hi = 0, 0
         spec.append(f"{lo}_{hi}" + (f"_{interior}" if interior else ""))
         out.append(size + lo + hi)
-    op = _Op("pad")
+    op = ModuleText("pad")
     x = op.param(g.shape(dt, dims))
     v = op.param(f"{dt}[]")
     return "pad", op.text(g.shape(dt, out), "pad", [x, v], f"padding={'x'.join(spec)}")
@@ -540,7 +540,7 @@ def _iota(g: _Gen):
     dt = g.choice(("s32", "s32", "f32", "u32", "s64", "bf16", "s8"))
     rank = g.randint(1, 4)
     dims = g.dims(rank, _move_cap(dt), min_elems=MIN_ELEMS)
-    op = _Op("iota")
+    op = ModuleText("iota")
     return "iota", op.text(g.shape(dt, dims), "iota", [], f"iota_dimension={g.randint(0, rank - 1)}")
 
 
@@ -551,7 +551,7 @@ def _dynamic_slice(g: _Gen, update=False):
     dims = g.dims(rank, _move_cap(dt, 3), min_elems=MIN_ELEMS)
     sizes = [g.randint(max(1, d // 4), d) for d in dims]
     ity = g.choice(("s32", "s32", "s64", "u32"))
-    op = _Op(opcode)
+    op = ModuleText(opcode)
     x = op.param(g.shape(dt, dims))
     if update:
         u = op.param(g.shape(dt, sizes))
@@ -583,7 +583,7 @@ def _gather(g: _Gen):
     ity = g.choice(("s32", "s32", "s64", "u32"))
     offset = [sizes[d] for d in range(len(dims)) if d not in collapsed]
     nb = len(batch)
-    op = _Op("gather")
+    op = ModuleText("gather")
     x = op.param(g.shape(dt, dims))
     i = op.param(g.shape(ity, batch + [len(index_map)]))
     attrs = (f"offset_dims={{{','.join(str(nb + j) for j in range(len(offset)))}}}, "
@@ -601,7 +601,7 @@ def _scatter(g: _Gen):
     ity = g.choice(("s32", "s32", "s64"))
     window = [sizes[d] for d in range(len(dims)) if d not in collapsed]
     nb = len(batch)
-    op = _Op("scatter")
+    op = ModuleText("scatter")
     kind = g.choice(("add", "maximum", "assign", "multiply"))
     if kind == "assign":
         op.comps.append(_assign_comp("scatter_assign", dt))
@@ -624,7 +624,7 @@ def _scatter(g: _Gen):
 # ---------------------------------------------------------------- reductions
 
 def _reduce(g: _Gen):
-    op = _Op("reduce")
+    op = ModuleText("reduce")
     rank = g.randint(1, 4)
     axes = sorted(g.r.sample(range(rank), g.randint(1, rank)))
     if g.rand() < 0.25:        # argmax/argmin: a variadic reduce of (value, index)
@@ -713,7 +713,7 @@ def _reduce_window(g: _Gen):
     while math.prod(out) * taps > SLOW_FLOPS:
         dims = [max(1, d // 2) for d in dims]
         attr, out, taps = _window(g, dims)
-    op = _Op("reduce-window")
+    op = ModuleText("reduce-window")
     red = _reducer(op, g, dt, ("add", "maximum", "minimum"))
     x = op.param(g.shape(dt, dims))
     init = op.param(f"{dt}[]")
@@ -729,7 +729,7 @@ def _select_and_scatter(g: _Gen):
     while math.prod(dims) * taps > SLOW_FLOPS:
         dims = [max(1, d // 2) for d in dims]
         attr, out, taps = _window(g, dims, allow_dilation=False)
-    op = _Op("select-and-scatter")
+    op = ModuleText("select-and-scatter")
     direction = g.choice(("GE", "LE"))
     op.comps.append(_scalar_comp(f"sel_{direction}", dt, "compare", out_dt="pred")
                     .replace("compare(%x0, %x1)", f"compare(%x0, %x1), direction={direction}"))
@@ -751,7 +751,7 @@ def _sort(g: _Gen):
     axis = g.randint(0, rank - 1)
     dts = [g.choice(("f32", "f32", "s32", "bf16", "u32", "f16"))] + \
         [g.choice(("s32", "f32", "u8")) for _ in range(n_ops - 1)]
-    op = _Op("sort")
+    op = ModuleText("sort")
     direction = g.choice(("LT", "GT"))
     sig = ", ".join(f"x{2 * k}: {dt}[], x{2 * k + 1}: {dt}[]" for k, dt in enumerate(dts))
     ps = "\n".join(f"  %x{2 * k + j} = {dt}[] parameter({2 * k + j})"
@@ -776,7 +776,7 @@ def _topk(g: _Gen, custom=False):
     batch = g.dims(g.randint(0, 1), 1 << 10)
     n = g.logint(2, max(2, (1 << 16) // max(1, math.prod(batch))))
     k = g.randint(1, min(n, g.choice((1, 4, 16, 64))))
-    op = _Op("topk" if not custom else "custom-call")
+    op = ModuleText("topk" if not custom else "custom-call")
     x = op.param(g.shape(dt, batch + [n], _default_layout(len(batch) + 1)))
     out = f"({g.shape(dt, batch + [k], _default_layout(len(batch) + 1))}, " \
           f"{g.shape('s32', batch + [k], _default_layout(len(batch) + 1))})"
@@ -870,7 +870,7 @@ def _dot(g: _Gen, space: DotSpace = DotSpace()):
     def where(axes, t):
         return ",".join(str(axes.index((t, k))) for k in range(len(size[t])))
 
-    op = _Op("dot")
+    op = ModuleText("dot")
     lhs = op.param(g.shape(in_dt, dims_of(lhs_axes, lf)))
     rhs = op.param(g.shape(in_dt, dims_of(rhs_axes, rf)))
     attrs = []
@@ -949,7 +949,7 @@ def _convolution(g: _Gen, space: ConvSpace = ConvSpace()):
     lhs_sizes = {"b": n, "f": cin, **{sp[k]: spatial[k] for k in range(nsp)}}
     rhs_sizes = {"i": cin // groups, "o": cout, **{sp[k]: kernel[k] for k in range(nsp)}}
     out_sizes = {"b": n // bgroups, "f": cout, **{sp[k]: out[k] for k in range(nsp)}}
-    op = _Op("convolution")
+    op = ModuleText("convolution")
     lhs = op.param(g.shape(dt, lay(lhs_labels, lhs_sizes)))
     rhs = op.param(g.shape(dt, lay(rhs_labels, rhs_sizes)))
     attrs = f"window={{{attr}}}, dim_labels={lhs_labels}_{rhs_labels}->{out_labels}"
@@ -970,7 +970,7 @@ def _fft(g: _Gen):
     half = lengths[:-1] + [lengths[-1] // 2 + 1]
     ins, outs = {"FFT": ((cdt, lengths), (cdt, lengths)), "IFFT": ((cdt, lengths), (cdt, lengths)),
                  "RFFT": ((rdt, lengths), (cdt, half)), "IRFFT": ((cdt, half), (rdt, lengths))}[fft_type]
-    op = _Op("fft")
+    op = ModuleText("fft")
     x = op.param(g.shape(ins[0], batch + ins[1]))
     return "fft", op.text(g.shape(outs[0], batch + outs[1]), "fft", [x],
                           f"fft_type={fft_type}, fft_length={{{','.join(map(str, lengths))}}}")
@@ -982,7 +982,7 @@ def _cholesky(g: _Gen):
     n = g.logint(4, 64)
     batch = g.dims(g.randint(0, 2), max(1, int(5e5 // n ** 3)))
     batch = [min(b, 16) for b in batch]
-    op = _Op("cholesky")
+    op = ModuleText("cholesky")
     lay = _default_layout(len(batch) + 2)
     x = op.param(g.shape(dt, batch + [n, n], lay))
     return "cholesky", op.text(g.shape(dt, batch + [n, n], lay), "cholesky", [x],
@@ -995,7 +995,7 @@ def _triangular_solve(g: _Gen):
     m = g.logint(1, 256)
     batch = [min(b, 16) for b in g.dims(g.randint(0, 1), max(1, int(5e6 // (n * n * m))))]
     left = g.rand() < 0.5
-    op = _Op("triangular-solve")
+    op = ModuleText("triangular-solve")
     lay = _default_layout(len(batch) + 2)
     a = op.param(g.shape(dt, batch + [n, n], lay))
     bdims = batch + ([n, m] if left else [m, n])
@@ -1013,7 +1013,7 @@ def _batch_norm(g: _Gen):
     dims = g.dims(rank, 1 << 20, min_elems=MIN_ELEMS)
     fi = g.randint(0, rank - 1)
     c = dims[fi]
-    op = _Op(opcode)
+    op = ModuleText(opcode)
     x = op.param(g.shape(dt, dims))
     vec = g.shape(dt, [c])
     eps = g.choice(("0.001", "1e-05"))
@@ -1034,7 +1034,7 @@ def _rng(g: _Gen):
     dist = g.choice(("rng_uniform", "rng_normal"))
     dt = g.choice(("f32", "f64", "f16")) if dist == "rng_normal" else g.choice(("f32", "s32", "f64"))
     dims = g.dims(g.randint(0, 3), 1 << 20, min_elems=MIN_ELEMS)
-    op = _Op("rng")
+    op = ModuleText("rng")
     a, b = op.param(f"{dt}[]"), op.param(f"{dt}[]")
     return "rng", op.text(g.shape(dt, dims), "rng", [a, b], f"distribution={dist}")
 
@@ -1043,14 +1043,14 @@ def _rng_bit_generator(g: _Gen):
     alg = g.choice(("rng_default", "rng_three_fry", "rng_philox"))
     dt = g.choice(("u32", "u64", "u8", "u16"))
     dims = g.dims(g.randint(1, 3), 1 << 20, min_elems=MIN_ELEMS)
-    op = _Op("rng-bit-generator")
+    op = ModuleText("rng-bit-generator")
     s = op.param("u64[2]{0}")
     return "rng-bit-generator", op.text(f"(u64[2]{{0}}, {g.shape(dt, dims)})",
                                         "rng-bit-generator", [s], f"algorithm={alg}")
 
 
 def _rng_state(g: _Gen):
-    op = _Op("rng-get-and-update-state")
+    op = ModuleText("rng-get-and-update-state")
     return "rng-get-and-update-state", op.text("u64[2]{0}", "rng-get-and-update-state", [],
                                                f"delta={g.choice((1, 4, 16, 256))}")
 
@@ -1059,7 +1059,7 @@ def _get_dimension_size(g: _Gen):
     dt = g.choice(ANY)
     rank = g.randint(1, 4)
     dims = g.dims(rank, 1 << 16)
-    op = _Op("get-dimension-size")
+    op = ModuleText("get-dimension-size")
     x = op.param(g.shape(dt, dims))
     return "get-dimension-size", op.text("s32[]", "get-dimension-size", [x],
                                          f"dimensions={{{g.randint(0, rank - 1)}}}")

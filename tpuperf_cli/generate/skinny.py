@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from tpuperf_cli.errors import TpuperfError
 from tpuperf_cli.generate import Failed
-from tpuperf_cli.generate.ops import BYTES, MAX_BYTES, _Op, compiled_kernels
+from tpuperf_cli.generate.ops import BYTES, MAX_BYTES, ModuleText, compiled_kernels
 from tpuperf_cli.records import PROGRAM, Record
 
 SOURCE_NAME = "skinny"
@@ -94,7 +94,7 @@ def dot_text(dot: dict) -> str:
     def shape(dims):                # row-major, as jax writes it
         return f"{dot['dtype']}[{','.join(map(str, dims))}]{{{','.join(map(str, reversed(range(len(dims)))))}}}"
 
-    op = _Op("skinny_dot")
+    op = ModuleText("skinny_dot")
     lhs = op.param(shape(b + ([dot["k"], dot["m"]] if lhs_t else [dot["m"], dot["k"]])))
     rhs = op.param(shape(b + ([dot["n"], dot["k"]] if rhs_t else [dot["k"], dot["n"]])))
     attrs = ["lhs_batch_dims={0}", "rhs_batch_dims={0}"] if nb else []
