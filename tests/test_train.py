@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 from collections import Counter
 
 import numpy as np
@@ -1209,15 +1210,17 @@ def test_named_kernel_features_on_the_command_line_are_checked(shards, tmp_path)
     assert "name output_minor_dim in --kernel-features" in str(res.exception)
 
 
-def test_resume_cannot_change_the_named_kernel_features():
-    from dataclasses import asdict
+def test_a_run_on_named_kernel_features_resumes_with_them_only(shards, tmp_path):
+    from tpuperf_cli.commands.train import cli
 
-    from tpuperf_cli.model.options import resume_options
-
-    _, a = kernel_columns_of("16+matmul_rhs_row_align")
-    _, b = kernel_columns_of("16+minor_loop_unrolled")
-    stored = asdict(TrainOptions(kernel_features=17, kernel_columns=a))
-    with pytest.raises(TpuperfError, match=r"--kernel-features \(the run has .*\+matmul_rhs_row_align, "
-                                           r"not .*\+minor_loop_unrolled\)"):
-        resume_options(stored, asdict(NetConfig()), TrainOptions(kernel_features=17, kernel_columns=b), None,
-                       {"kernel_features", "kernel_columns"})
+    out = tmp_path / "named.pt"
+    base = ["--data", str(shards / "synth0.zst"), "-o", str(out), "--hidden", "8", "--opcode-dim", "4",
+            "--layers", "1", "--threads", "1", "--kernel-features", "16+matmul_rhs_row_align"]
+    res = CliRunner().invoke(cli, base + ["--epochs", "1", "--keep-state"])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(cli, base + ["--epochs", "2", "--resume", "--keep-state"])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(cli, base[:-1] + ["16+minor_loop_unrolled", "--epochs", "3", "--resume"])
+    assert isinstance(res.exception, TpuperfError) and res.exception.exit_code == 2
+    assert re.search(r"--resume cannot change --kernel-features \(the run has .*\+matmul_rhs_row_align, "
+                     r"not .*\+minor_loop_unrolled\)", str(res.exception)), res.exception

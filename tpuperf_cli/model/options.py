@@ -69,6 +69,7 @@ class TrainOptions:
     def __post_init__(self):
         # a resumed run's options come back from the state file with lists
         self.teacher_data = tuple(self.teacher_data)
+        self.kernel_columns = tuple(self.kernel_columns)
 
     def check(self) -> TrainOptions:
         if self.task not in TASKS:
@@ -109,7 +110,6 @@ class TrainOptions:
             raise TpuperfError("--label-floor-us must be a number >= 0", exit_code=2)
         if self.kernel_features < 0:
             raise TpuperfError("--kernel-features must be at least 0", exit_code=2)
-        self.kernel_columns = tuple(int(c) for c in self.kernel_columns)
         if self.kernel_columns and (len(self.kernel_columns) != self.kernel_features
                                     or list(self.kernel_columns) != sorted(set(self.kernel_columns))
                                     or not 0 <= self.kernel_columns[0] <= self.kernel_columns[-1]
