@@ -47,14 +47,29 @@ from tpuperf_cli.split import load_split  # noqa: E402
 OPCODES = 256        # opcode-count columns (ids beyond share the last)
 
 
+def kernel_columns(spec):
+    """`tpuperf train --kernel-features`'s SPEC (N, N+NAME..., NAME+...) as
+    what features() takes: a first N (None for all) or a list of columns."""
+    from tpuperf_cli.errors import TpuperfError
+    from tpuperf_cli.model.examples import kernel_columns as parse
+
+    try:
+        n, columns = parse(spec)
+    except TpuperfError as e:
+        sys.exit(f"bench_lightgbm: {e}")
+    return list(columns) if columns else (n or None)
+
+
 def features(examples, kernel_features=None):
-    """One row per kernel: kernel_feat (its first kernel_features), node_feat
-    sum/mean/max, opcode counts, sizes."""
+    """One row per kernel: kernel_feat (its first kernel_features, or those
+    columns where it is a list), node_feat sum/mean/max, opcode counts, sizes."""
     rows = []
     for ex in examples:
         nf = ex.node_feat.astype(np.float64)
         counts = np.bincount(np.clip(ex.opcode, 0, OPCODES - 1), minlength=OPCODES)
-        rows.append(np.concatenate([ex.kernel_feat[:kernel_features], nf.sum(0), nf.mean(0), nf.max(0), counts,
+        kf = ex.kernel_feat[kernel_features] if isinstance(kernel_features, list) \
+            else ex.kernel_feat[:kernel_features]
+        rows.append(np.concatenate([kf, nf.sum(0), nf.mean(0), nf.max(0), counts,
                                     [ex.n, ex.edges.shape[0]]]))
     return np.asarray(rows, np.float64)
 
@@ -148,9 +163,10 @@ def main():
     ap.add_argument("--source-weight", action="append", metavar="SOURCE=W",
                     help="with --generated-even source: SOURCE's part of the share against 1 for "
                          "each other source, as `tpuperf train --source-weight` (repeatable)")
-    ap.add_argument("--kernel-features", type=int, metavar="N",
-                    help="use the first N kernel features of the records (default: as many as "
-                         "the GNN reads, the same features)")
+    ap.add_argument("--kernel-features", metavar="SPEC",
+                    help="the kernel features of the records to use, as `tpuperf train "
+                         "--kernel-features` takes them: N (the first N), N+NAME..., NAME+... "
+                         "(default: those the GNN reads)")
     ap.add_argument("--blend", action="store_true",
                     help="also score the geometric mean of the GNN's and LightGBM's predictions, "
                          "on the test and the valid programs")
@@ -168,17 +184,21 @@ def main():
 
     model = load_model(args.model)
     model.known = None      # the network against the trees, each on what it learnt
-    if args.kernel_features is None:
-        args.kernel_features = model.scaler.kernel_features
+    if args.kernel_features is None:        # the GNN's own
+        args.kernel_features = list(model.scaler.columns or ()) or model.scaler.kernel_features
+    else:
+        args.kernel_features = kernel_columns(args.kernel_features)
+    shown = (len(args.kernel_features) if isinstance(args.kernel_features, list)
+             else args.kernel_features or "all")
     splits = args.split or [os.path.join(ROOT, "examples/splits", s) for s in ("random.json", "manual.json")]
     results = [one_split(s, model, args) for s in splits]
     if args.json:
-        print(json.dumps({"model": model.name, "kernel_features": args.kernel_features,
+        print(json.dumps({"model": model.name, "kernel_features": shown,
                           "results": results}, indent=1))
         return
     print(f"median over test programs, kernels >= {args.min_us:g} us; GNN: model {model.name}; "
           f"LightGBM: log runtime, L2, early stopping on the split's valid programs, {args.threads} thread(s), "
-          f"{args.kernel_features} kernel features")
+          f"{shown} kernel features")
     head = (f"{'split':12s} {'progs':>5s} {'kernels':>7s} | {'GNN MAPE':>8s} {'tau':>6s} {'prog.err':>8s} | "
             f"{'LGBM MAPE':>9s} {'tau':>6s} {'prog.err':>8s} {'trees':>5s} | {'LGBM/GNN':>8s}")
     print(head)

@@ -88,10 +88,11 @@ def lightgbm_predictions(fold, valid, valid_examples, args):
 
     train = bench_accuracy.load_training(args.corpus, load_split(fold))
     print(f"compare_folds: lightgbm: {fold}: fitting on {len(train)} kernels", file=sys.stderr)
+    columns = bench_lightgbm.kernel_columns(args.kernel_features)
     opts = argparse.Namespace(trees=2000, lr=0.03, leaves=31, threads=1,
-                               kernel_features=args.kernel_features, **RECIPE_DRAW)
+                               kernel_features=columns, **RECIPE_DRAW)
     gbm = bench_lightgbm.fit(train, valid, opts)
-    x = bench_lightgbm.features(valid_examples, args.kernel_features)
+    x = bench_lightgbm.features(valid_examples, columns)
     return np.exp(gbm.predict(x, num_iteration=gbm.best_iteration or None))
 
 
@@ -120,8 +121,9 @@ def main():
     ap.add_argument("--min-us", type=float, default=5.0)
     ap.add_argument("--lightgbm", action="store_true",
                     help="also LightGBM on the same features and data, fitted per fold")
-    ap.add_argument("--kernel-features", type=int, default=16, metavar="N",
-                    help="with --lightgbm: its first N kernel features (default 16, the recipe's)")
+    ap.add_argument("--kernel-features", default="16", metavar="SPEC",
+                    help="with --lightgbm: its kernel features, as `tpuperf train --kernel-features` "
+                         "takes them (default 16, the recipe's first 16)")
     ap.add_argument("--join", action="append", default=[], metavar="A+B",
                     help="also the geometric mean of candidates A's and B's predictions "
                          "(repeatable; lightgbm names --lightgbm's trees)")
