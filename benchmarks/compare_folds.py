@@ -88,11 +88,10 @@ def lightgbm_predictions(fold, valid, valid_examples, args):
 
     train = bench_accuracy.load_training(args.corpus, load_split(fold))
     print(f"compare_folds: lightgbm: {fold}: fitting on {len(train)} kernels", file=sys.stderr)
-    columns = bench_lightgbm.kernel_columns(args.kernel_features)
     opts = argparse.Namespace(trees=2000, lr=0.03, leaves=31, threads=1,
-                               kernel_features=columns, **RECIPE_DRAW)
+                               kernel_features=args.kernel_columns, **RECIPE_DRAW)
     gbm = bench_lightgbm.fit(train, valid, opts)
-    x = bench_lightgbm.features(valid_examples, columns)
+    x = bench_lightgbm.features(valid_examples, args.kernel_columns)
     return np.exp(gbm.predict(x, num_iteration=gbm.best_iteration or None))
 
 
@@ -158,6 +157,9 @@ def main():
             import lightgbm  # noqa: F401
         except ImportError:
             sys.exit("compare_folds: --lightgbm needs lightgbm: pip install -e '.[bench]'")
+        import bench_lightgbm
+
+        args.kernel_columns = bench_lightgbm.kernel_columns(args.kernel_features)   # exits on a bad SPEC
 
     from tpuperf_cli.model.examples import example
     from tpuperf_cli.model.predict import load_model

@@ -59,7 +59,7 @@ def record_parts(record: Record, kernel_features: int, columns: tuple[int, ...] 
     n = len(op) >> 2
     m = len(ei) >> 3
     # a record featurized after the model carries more kernel features: the
-    # model reads the first (records.KERNEL_FEATURES only grows)
+    # model reads the first, or its columns (records.KERNEL_FEATURES only grows)
     if columns is not None:
         if len(kf_shape) != 1 or kf_shape[0] <= columns[-1] or len(kf) != 4 * kf_shape[0]:
             return None
