@@ -85,6 +85,32 @@ def test_walk_equals_lightgbm_on_every_row(walk):
     np.testing.assert_allclose(net.predict_rows(x.astype(np.float64)), theirs, rtol=1e-12, atol=1e-12)
 
 
+def test_compiled_walk_agrees_at_thresholds_nan_and_the_lanes_tails():
+    # hand-made trees whose float64 thresholds fall between float32 values,
+    # walked by rows that sit on either side of them, NaN and infinities
+    # among them, in a count of rows that leaves every kind of tail
+    t = np.float64(np.float32(1.5)) + 1e-9                 # between two float32s
+    arrays = {"roots": np.array([0, 3, -2], np.int32),     # the third tree is a single leaf
+              "feature": np.array([0, 1, 0, 1], np.int32),
+              "threshold": np.array([t, -t, 1e300, 0.0]),
+              "left": np.array([1, -1, -3, -5], np.int32), "right": np.array([2, -2, -4, -6], np.int32),
+              "leaf_value": np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0])}
+    net = TreeNet(TreeConfig(num_opcodes=4, in_features=1), arrays)
+    values = np.array([np.float32(1.5), np.nextafter(np.float32(1.5), np.float32(2)), -np.float32(1.5),
+                       np.nextafter(-np.float32(1.5), np.float32(-2)), 0.0, -0.0, np.nan, np.inf,
+                       -np.inf, 3.4e38], np.float32)
+    rng = np.random.default_rng(2)
+    for n in (1, 7, 8, 9, 64, 65, 203):
+        x = rng.choice(values, size=(n, 3)).astype(np.float32)
+        want = tree_walk._numpy_walk(x, *(np.asarray(arrays[k]) for k in tree_walk.TREE_ARRAYS))
+        net.walked = tree_walk.COMPILE_AFTER
+        np.testing.assert_array_equal(net.predict_rows(x), want)
+        np.testing.assert_array_equal(net.predict_rows(x.astype(np.float64)), want)
+    # NaN goes left at every split, in both walks
+    x = np.full((9, 3), np.nan, np.float32)
+    np.testing.assert_array_equal(net.predict_rows(x), np.full(9, 1.0 + 16.0 + 2.0))
+
+
 def test_walk_compiles_once_numpy_has_walked_its_share(monkeypatch):
     rng = np.random.default_rng(1)
     x = rng.normal(size=(300, 6)).astype(np.float32)

@@ -11,7 +11,7 @@ model is a Model like any other: the same scaling, file format (version
 LightGBM fits them (an optional extra: pip install 'tpuperf[gbdt]'), and
 the fitted trees are stored as flat arrays walked here, in numpy for the
 first few million (row, tree) pairs of a model, then by a loop numba
-compiles, so that predict needs neither LightGBM nor torch to run a tree
+compiles (eight rows down a tree at once), so that predict needs neither LightGBM nor torch to run a tree
 model and a small input pays no compile.
 
 A tree in the arrays: internal nodes hold a feature index, a threshold
@@ -104,6 +104,7 @@ class TreeNet:
         self.cfg = cfg
         self.beyond = 0         # graphs predicted so far that were larger than the training data's
         self.walked = 0         # (row, tree) walks so far in numpy (predict_rows)
+        self._lanes = None      # lane_arrays, made on the first compiled walk
         try:
             self.roots = np.asarray(arrays["roots"], np.int64).reshape(-1)
             self.feature = np.asarray(arrays["feature"], np.int64).reshape(-1)
@@ -148,24 +149,33 @@ class TreeNet:
             raise ValueError(f"rows of {rows.shape[1]} features; the trees read "
                              f"{self.feature.max() + 1}")
         rows = np.ascontiguousarray(rows, np.float32 if rows.dtype == np.float32 else np.float64)
-        arrays = (self.roots, self.feature, self.threshold, self.left, self.right, self.leaf_value)
-        # numba's import and first call (0.55 to 0.74 s, even with its cache
+        # numba's import and first call (0.25 to 0.74 s, even with its cache
         # on disk) would double the time of a program's few hundred kernels:
         # numpy walks until its walks would pass about that much time
         work = rows.shape[0] * self.roots.size
         if self.walked + work <= COMPILE_AFTER:
             self.walked += work
-            return _numpy_walk(rows, *arrays)
-        return _compiled_walk()(rows, *arrays)
+            return _numpy_walk(rows, self.roots, self.feature, self.threshold, self.left, self.right,
+                               self.leaf_value)
+        walk = _compiled_walk()
+        if walk is _numpy_walk:     # numba missing
+            return walk(rows, self.roots, self.feature, self.threshold, self.left, self.right,
+                        self.leaf_value)
+        if self._lanes is None:
+            self._lanes = lane_arrays(self.roots, self.feature, self.threshold, self.left, self.right,
+                                      self.leaf_value)
+        roots, feature, threshold32, threshold64, child, value, leaves_from = self._lanes
+        threshold = threshold32 if rows.dtype == np.float32 else threshold64
+        return walk(rows, roots, feature, threshold, child, value, leaves_from)
 
 
 COMPILE_AFTER = 3_000_000   # (row, tree) walks in numpy per TreeNet (about 0.5 s) before compiling
 
 
 def _numpy_walk(rows, roots, feature, threshold, left, right, leaf_value):
-    """_walk_loop in numpy: every (row, tree) walks down a level at a time,
-    and those that reach a leaf leave the arrays, so each level costs only
-    the walks still going."""
+    """The sum over trees of the leaf each row reaches, in numpy: every
+    (row, tree) walks down a level at a time, and those that reach a leaf
+    leave the arrays, so each level costs only the walks still going."""
     n, width = rows.shape
     flat = rows.astype(np.float64).ravel()
     children = np.stack([left, right], axis=1).ravel()      # node i's at 2i and 2i + 1
@@ -190,26 +200,83 @@ def _numpy_walk(rows, roots, feature, threshold, left, right, leaf_value):
     return out
 
 
-def _walk_loop(rows, roots, feature, threshold, left, right, leaf_value):
-    """The sum over trees of the leaf each row reaches, one (row, tree) at a
-    time: a walk is a chain of dependent loads, which numpy can only batch,
-    and this loop compiled runs 4x to 6x as fast as _numpy_walk (35.6
-    against 202 ns a tree and row, 1,993 trees over 4,923 kernels' rows:
-    benchmarks/bench_trees.py, README "Speed"). Tree by tree over the rows, so that one tree's nodes stay in
-    cache; a float32 value against a float64 threshold compares as in
-    numpy and LightGBM."""
+def lane_arrays(roots, feature, threshold, left, right, leaf_value):
+    """The trees as _lane_walk reads them: each leaf a node of its own past
+    the internal ones (node >= leaves_from), whose two children are itself
+    and whose threshold lets every value through, so a finished walk can go
+    on stepping in place; node i's children at 2i (value <= threshold) and
+    2i + 1; each node's value (0 but at leaves). The thresholds twice: as
+    stored, for float64 rows, and rounded down to float32, for float32 rows
+    (x <= t and x <= the largest float32 not above t agree for every float32
+    x, so the walk and LightGBM still agree bit for bit)."""
+    inner, nodes = feature.size, feature.size + leaf_value.size
+    leaves = np.arange(inner, nodes, dtype=np.int32)
+
+    def node_index(c):
+        return np.where(c >= 0, c, inner + ~c).astype(np.int32)
+
+    child = np.empty(2 * nodes, np.int32)
+    child[0:2 * inner:2], child[1:2 * inner:2] = node_index(left), node_index(right)
+    child[2 * inner::2] = child[2 * inner + 1::2] = leaves
+    threshold64 = np.concatenate([threshold, np.full(leaves.size, np.inf)])
+    with np.errstate(over="ignore"):       # beyond float32's range: to +-inf, then down
+        threshold32 = threshold64.astype(np.float32)
+    above = threshold32.astype(np.float64) > threshold64
+    threshold32[above] = np.nextafter(threshold32[above], np.float32(-np.inf))
+    value = np.concatenate([np.zeros(inner), leaf_value])
+    return (node_index(roots), np.concatenate([feature, np.zeros(leaves.size, feature.dtype)]).astype(np.int32),
+            threshold32, threshold64, child, value, inner)
+
+
+LANE_BLOCK = 64     # rows walked by every tree in turn (64 rows of ~600 float32 stay in L2)
+
+
+def _lane_walk(rows, roots, feature, threshold, child, value, leaves_from):
+    """The sum over trees of the leaf each row reaches, compiled by numba.
+    A walk is a chain of dependent loads (node, feature, value, child), so
+    walking one (row, tree) at a time leaves the core waiting on each; here
+    eight rows walk one tree together, each in a variable of its own (a
+    numba loop over an array of eight kept them in memory, 1.7x slower), so
+    their chains overlap. Every lane steps until all eight stand on a leaf
+    (leaves step in place: lane_arrays). 2.4x the one-at-a-time loop on
+    the bundled GPU model's trees (benchmarks/bench_trees.py, README
+    "Speed"), though the eight take as many steps as the deepest of them
+    (11.1 a walk there, against 7.8 alone). A value above the threshold
+    goes right, the rest left, NaN too, as in _numpy_walk (LightGBM sends
+    NaN by the split's missing type; pooled rows hold none)."""
     n = rows.shape[0]
     out = np.zeros(n, np.float64)
-    for t in range(roots.shape[0]):
-        root = roots[t]
-        for r in range(n):
-            node = root
-            while node >= 0:
-                if rows[r, feature[node]] <= threshold[node]:
-                    node = left[node]
-                else:
-                    node = right[node]
-            out[r] += leaf_value[~node]
+    for start in range(0, n, LANE_BLOCK):
+        stop = min(n, start + LANE_BLOCK)
+        for t in range(roots.shape[0]):
+            root = np.int64(roots[t])
+            r = start
+            while r + 8 <= stop:
+                a = b = c = d = e = f = g = h = root
+                while (a < leaves_from or b < leaves_from or c < leaves_from or d < leaves_from
+                       or e < leaves_from or f < leaves_from or g < leaves_from or h < leaves_from):
+                    a = np.int64(child[2 * a + np.int64(rows[r, feature[a]] > threshold[a])])
+                    b = np.int64(child[2 * b + np.int64(rows[r + 1, feature[b]] > threshold[b])])
+                    c = np.int64(child[2 * c + np.int64(rows[r + 2, feature[c]] > threshold[c])])
+                    d = np.int64(child[2 * d + np.int64(rows[r + 3, feature[d]] > threshold[d])])
+                    e = np.int64(child[2 * e + np.int64(rows[r + 4, feature[e]] > threshold[e])])
+                    f = np.int64(child[2 * f + np.int64(rows[r + 5, feature[f]] > threshold[f])])
+                    g = np.int64(child[2 * g + np.int64(rows[r + 6, feature[g]] > threshold[g])])
+                    h = np.int64(child[2 * h + np.int64(rows[r + 7, feature[h]] > threshold[h])])
+                out[r] += value[a]
+                out[r + 1] += value[b]
+                out[r + 2] += value[c]
+                out[r + 3] += value[d]
+                out[r + 4] += value[e]
+                out[r + 5] += value[f]
+                out[r + 6] += value[g]
+                out[r + 7] += value[h]
+                r += 8
+            for last in range(r, stop):    # the block's last rows, one at a time
+                a = root
+                while a < leaves_from:
+                    a = np.int64(child[2 * a + np.int64(rows[last, feature[a]] > threshold[a])])
+                out[last] += value[a]
     return out
 
 
@@ -217,8 +284,9 @@ _compiled = []
 
 
 def _compiled_walk():
-    """_walk_loop compiled by numba, once per process (cached on disk beside
-    this module, or in numba's user cache where that is not writable)."""
+    """_lane_walk compiled by numba, once per process (cached on disk beside
+    this module, or in numba's user cache where that is not writable);
+    _numpy_walk where numba is missing."""
     if not _compiled:
         try:
             import numba
@@ -226,9 +294,9 @@ def _compiled_walk():
             _compiled.append(_numpy_walk)
         else:
             try:
-                walk = numba.njit(cache=True, nogil=True)(_walk_loop)
+                walk = numba.njit(cache=True, nogil=True)(_lane_walk)
             except RuntimeError:    # nowhere writable to cache: compile each process
-                walk = numba.njit(nogil=True)(_walk_loop)
+                walk = numba.njit(nogil=True)(_lane_walk)
             _compiled.append(walk)
     return _compiled[0]
 
