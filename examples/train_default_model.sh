@@ -167,8 +167,10 @@ SEEDS=${SEEDS:-"0"}
 # did: 18.5% against 20.2% pooled over 81 programs, 4 of 4 folds, tau
 # 0.900 against 0.889 (2026-11-29). It stays off for speed: predict runs
 # the network joined with the random split's 1,993 trees at 0.40x the
-# network's rate, below predict's 20,000 kernels/s goal (README, "The
-# bundled model" and "Speed").
+# network's rate on 2026-11-29, 0.62x with the compiled walk (12-03) and
+# 0.67x with eight rows down a tree at once (12-07), under the 0.7x in
+# each of two pairs of runs its check asks, and below predict's 20,000
+# kernels/s goal (README, "The bundled model" and "Speed").
 TREES=${TREES:-0}
 # Distillation (train --teacher), off unless TEACHER_SEEDS names seeds:
 # those are trained first with the same options and joined with `tpuperf

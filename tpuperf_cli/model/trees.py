@@ -238,9 +238,9 @@ def _lane_walk(rows, roots, feature, threshold, child, value, leaves_from):
     eight rows walk one tree together, each in a variable of its own (a
     numba loop over an array of eight kept them in memory, 1.7x slower), so
     their chains overlap. Every lane steps until all eight stand on a leaf
-    (leaves step in place: lane_arrays). 2.4x the one-at-a-time loop on
-    the bundled GPU model's trees (benchmarks/bench_trees.py, README
-    "Speed"), though the eight take as many steps as the deepest of them
+    (leaves step in place: lane_arrays). 2.2x to 2.7x the one-at-a-time
+    loop on the bundled GPU model's trees, 1.8x on the random split's
+    1,993 (benchmarks/bench_trees.py, README "Speed"), though the eight take as many steps as the deepest of them
     (11.1 a walk there, against 7.8 alone). A value above the threshold
     goes right, the rest left, NaN too, as in _numpy_walk (LightGBM sends
     NaN by the split's missing type; pooled rows hold none)."""
