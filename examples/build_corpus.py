@@ -115,6 +115,24 @@ kernels) and found the generated kernels' first timings as sound as
 their second: 1.3% and 1.2% over 1.25x slower of the 40,736 of 5 us or
 more.
 
+Labels of another machine: a model describes one machine, and the
+committed shards hold the labels of the machine that measured them. A
+corpus measured again whole elsewhere (below) can travel as its labels
+alone, a few MB: `labels` writes every measured kernel's runtime, noise
+and two timings, by fingerprint, with that machine's target, to --labels
+FILE (one machine's corpus only); `relabel` copies the committed graphs
+(after `featurize`) to --graphs-dir with FILE's labels, in a minute and
+with no measuring, so that any machine can train and judge models of
+that one:
+    python examples/build_corpus.py measure featurize manifest --force --jobs 2 \\
+        --cache-dir FRESH                      # in a worktree: it rewrites the shards
+    python examples/build_corpus.py confirm featurize manifest labels --jobs 1 \\
+        --cache-dir FRESH --labels examples/corpus/labels/NAME.zst
+    python examples/build_corpus.py relabel --labels examples/corpus/labels/NAME.zst \\
+        --graphs-dir /tmp/NAME-graphs
+Kernels the file lacks (they failed on its machine) keep their graphs
+with an error instead of a runtime, as a failed measurement does.
+
 On another machine the corpus is measured again whole (a model describes
 one machine; the cache times afresh for another target). How long that
 takes here, before starting:
@@ -217,15 +235,15 @@ def _write_atomic(records_pipe, dest, compact=False):
     return write_records_atomic(read_records(records_pipe, name=str(dest)), dest, compact)
 
 
-def write_records_atomic(records, dest, compact=False):
-    """Write records to dest (.zst, zstd level 19) through a temporary file
-    (see _write_atomic); returns how many."""
+def write_records_atomic(records, dest, compact=False, level=19):
+    """Write records to dest (.zst, zstd level 19 unless said) through a
+    temporary file (see _write_atomic); returns how many."""
     sys.path.insert(0, str(ROOT))
     from tpuperf_cli.stream import RecordWriter
 
     tmp = dest.with_suffix(".tmp")
     n = 0
-    with RecordWriter(str(tmp), compress=True, level=19) as w:
+    with RecordWriter(str(tmp), compress=True, level=level) as w:
         for r in records:
             if compact and isinstance(r.get("runs"), list):
                 r["runs"] = [round(x) for x in r["runs"]]
@@ -684,6 +702,159 @@ def confirm_summary(records):
             "slower_second": sum(b > CONFIRM_APART * a for a, b in pairs)}
 
 
+LABELS_VERSION = 1
+
+
+def export_labels(dest):
+    """Write one machine's labels of the corpus to dest (.zst): for every
+    distinct measured kernel of the programs' shards and the generated
+    chunks, its runtime, noise and two timings (where confirm took them),
+    by fingerprint, with the target that measured them. One record of
+    columns (the fingerprints' 16 bytes, little-endian floats; NaN where a
+    kernel has no noise or one timing), so that another machine's corpus,
+    an hour of measuring, travels in a file of a few MB and `relabel`
+    gives the committed graphs those labels in a minute. Refuses a corpus
+    measured on more than one machine. Returns how many kernels."""
+    sys.path.insert(0, str(ROOT))
+    import numpy as np
+
+    from tpuperf_cli.measure.target import target_key
+    from tpuperf_cli.model.known import FINGERPRINT
+    from tpuperf_cli.stream import read_records
+
+    labels, target, first_shard = {}, None, None
+    for shard in sorted((CORPUS / "kernels").glob("*.zst")) + sorted(GENERATED.glob("*.zst")):
+        for i, r in enumerate(read_records(str(shard))):
+            if "runtime_ns" not in r:
+                continue
+            if target is None:
+                target, first_shard = r.get("target") or {}, shard
+            elif target_key(r.get("target") or {}) != target_key(target):
+                raise SystemExit(f"build_corpus: labels: {shard} record {i + 1} was measured on "
+                                 f"another machine than {first_shard}'s; a label file holds one "
+                                 f"machine's timings (measure the corpus again whole: measure "
+                                 f"--force with a fresh --cache-dir)")
+            fp = r.get("fingerprint")
+            if type(fp) is not str or not FINGERPRINT.match(fp):
+                raise SystemExit(f"build_corpus: labels: {shard} record {i + 1}: no fingerprint "
+                                 f"(32 hex digits) to label it by")
+            timings = r.get("timings") or []
+            labels.setdefault(fp, (r["runtime_ns"], r.get("noise"),
+                                   timings if len(timings) == 2 else [math.nan, math.nan]))
+    if not labels:
+        raise SystemExit("build_corpus: labels: no measured kernel in kernels/ or generated/")
+    fps = sorted(labels)
+    nan = math.nan
+    record = {"v": LABELS_VERSION, "type": "labels", "target": target, "kernels": len(fps),
+              "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "fingerprints": bytes.fromhex("".join(fps)),
+              "runtime_ns": np.array([labels[fp][0] for fp in fps], "<f8").tobytes(),
+              "noise": np.array([nan if labels[fp][1] is None else labels[fp][1] for fp in fps],
+                                "<f4").tobytes(),
+              "timings": np.array([labels[fp][2] for fp in fps], "<f8").tobytes()}
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    write_records_atomic([record], dest)
+    return len(fps)
+
+
+def write_labels(dest):
+    n = export_labels(dest)
+    log(f"labels: {n} kernels' labels written to {dest} ({dest.stat().st_size / 1e6:.1f} MB)")
+
+
+def read_labels(path):
+    """(target, {fingerprint: (runtime_ns, noise or None, [t1, t2] or None)})
+    of a file export_labels wrote; SystemExit naming the file for anything
+    else."""
+    sys.path.insert(0, str(ROOT))
+    import numpy as np
+
+    from tpuperf_cli.errors import TpuperfError
+    from tpuperf_cli.stream import read_records
+
+    def bad(why):
+        return SystemExit(f"build_corpus: relabel: {path}: {why} (a file `build_corpus.py labels` "
+                          f"writes)")
+
+    try:
+        records = list(read_records(str(path)))
+    except (OSError, TpuperfError) as e:
+        raise bad(f"unreadable: {e}") from None
+    if len(records) != 1 or records[0].get("type") != "labels":
+        raise bad("not a label file")
+    r = records[0]
+    if r.get("v") != LABELS_VERSION:
+        raise bad(f"label file version {r.get('v')!r}, this script reads {LABELS_VERSION}")
+    try:
+        n = int(r["kernels"])
+        raw = r["fingerprints"]
+        ns = np.frombuffer(r["runtime_ns"], "<f8")
+        noise = np.frombuffer(r["noise"], "<f4")
+        timings = np.frombuffer(r["timings"], "<f8").reshape(-1, 2)
+        if len(raw) != 16 * n or not (ns.size == noise.size == timings.shape[0] == n):
+            raise ValueError(f"columns of unequal lengths for {n} kernels")
+    except (KeyError, TypeError, ValueError) as e:
+        raise bad(f"malformed: {e}") from None
+    hexes = raw.hex()
+    table = {}
+    for i in range(n):
+        t = timings[i].tolist()
+        table[hexes[32 * i:32 * i + 32]] = (float(ns[i]), None if np.isnan(noise[i]) else float(noise[i]),
+                                           None if math.isnan(t[0]) else t)
+    return r.get("target") or {}, table
+
+
+def relabel(labels_path, out_dir):
+    """Copy the corpus's graph shards (graphs/*.zst and graphs/generated/,
+    as featurize made them) to out_dir with another machine's labels
+    (read_labels): each record whose kernel the file holds gets its
+    runtime, noise, timings and target, and loses the samples (runs) of
+    the corpus's machine; a record it lacks (that kernel failed there, or
+    it is not in the file) keeps its graph with an error instead, as a
+    failed measurement does, so a program's kernels stay whole. Returns
+    (labelled, unlabelled) counts."""
+    sys.path.insert(0, str(ROOT))
+    from tpuperf_cli.stream import read_records
+
+    target, table = read_labels(labels_path)
+    src = CORPUS / "graphs"
+    shards = sorted(src.glob("*.zst")) + sorted((src / "generated").glob("*.zst"))
+    if not shards or not any((src / "generated").glob("*.zst")):
+        raise SystemExit(f"build_corpus: relabel: no graph shards in {src} and {src / 'generated'}; "
+                         f"run `python examples/build_corpus.py featurize` first")
+    if out_dir.resolve() == src.resolve():
+        raise SystemExit(f"build_corpus: relabel: --graphs-dir {out_dir} is the corpus's own graphs/; "
+                         f"name another directory (the committed graphs keep their labels)")
+    missing = f"unlabelled: not in {labels_path}"
+    counts = [0, 0]
+
+    def swapped(records):
+        for r in records:
+            r = {k: v for k, v in r.items() if k not in ("runtime_ns", "runs", "noise", "timings",
+                                                         "target", "error")}
+            label = table.get(r.get("fingerprint"))
+            if label is None:
+                r["error"] = missing
+                counts[1] += 1
+            else:
+                r.update(runtime_ns=label[0], target=target)
+                if label[1] is not None:
+                    r["noise"] = label[1]
+                if label[2] is not None:
+                    r["timings"] = label[2]
+                counts[0] += 1
+            yield r
+
+    t0 = time.time()
+    for shard in shards:
+        dest = out_dir / shard.relative_to(src)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        write_records_atomic(swapped(read_records(str(shard))), dest, level=3)   # not committed
+    log(f"relabel: {counts[0]} graphs labelled from {labels_path}, {counts[1]} not in it "
+        f"(kept with an error), {len(shards)} shards in {out_dir}, {time.time() - t0:.0f}s")
+    return tuple(counts)
+
+
 def featurize_generated(out_dir):
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in set(p.name for p in out_dir.glob("*.zst")) - set(p.name for p in GENERATED.glob("*.zst")):
@@ -900,7 +1071,10 @@ def main(argv=None):
                          "keeps each one's faster timing; "
                          "'featurize' alone rebuilds graphs/ from the committed kernel shards; "
                          "'manifest' only rewrites manifest.json; 'unlabelled' alone writes "
-                         "unlabelled/ (kernels for a teacher to label, never measured)")
+                         "unlabelled/ (kernels for a teacher to label, never measured); 'labels' "
+                         "writes the corpus's labels (this machine's, after measure and confirm) "
+                         "to --labels FILE; 'relabel' alone copies graphs/ to --graphs-dir with "
+                         "the labels of --labels FILE (another machine's corpus, no measuring)")
     ap.add_argument("--plan", nargs="+", metavar="SOURCE=N",
                     help="kernels per generated source (default: "
                          + " ".join(f"{k}={v}" for k, v in PLAN.items()) + ")")
@@ -934,6 +1108,9 @@ def main(argv=None):
                          "changes little: README, 'Two timings')")
     ap.add_argument("--force", action="store_true",
                     help="rebuild kernel shards that exist (measurements still come from the cache)")
+    ap.add_argument("--labels", type=Path, metavar="FILE",
+                    help="the labels and relabel steps: a label file (one machine's runtimes of "
+                         "every corpus kernel, a few MB; e.g. examples/corpus/labels/NAME.zst)")
     ap.add_argument("--noise-report", metavar="JSON",
                     help="bench_measure_noise.py --json output to record in the manifest")
     ap.add_argument("--list", nargs=2, metavar=("SPLIT", "SET"),
@@ -942,10 +1119,12 @@ def main(argv=None):
     args = ap.parse_args(argv)
     args.steps = args.steps or ["measure", "featurize"]
     bad = set(args.steps) - {"measure", "confirm", "generate", "featurize", "manifest", "estimate",
-                             "unlabelled"}
+                             "unlabelled", "labels", "relabel"}
     if bad:
-        ap.error(f"unknown step(s): {', '.join(sorted(bad))} "
-                 f"(choose measure, confirm, generate, featurize, manifest, estimate, unlabelled)")
+        ap.error(f"unknown step(s): {', '.join(sorted(bad))} (choose measure, confirm, generate, "
+                 f"featurize, manifest, estimate, unlabelled, labels, relabel)")
+    if {"labels", "relabel"} & set(args.steps) and args.labels is None:
+        ap.error("the labels and relabel steps need --labels FILE")
     plan = dict(PLAN)
     for item in args.plan or []:
         name, _, n = item.partition("=")
@@ -954,6 +1133,15 @@ def main(argv=None):
         plan[name] = int(n)
     if args.list:
         list_split(*args.list)
+        return
+    if args.steps == ["labels"]:
+        write_labels(args.labels)
+        return
+    if "relabel" in args.steps:
+        if len(args.steps) > 1 or args.graphs_dir is None:
+            ap.error("relabel is a step of its own, and needs --graphs-dir (where the relabelled "
+                     "graphs go)")
+        relabel(args.labels, args.graphs_dir)
         return
     if "unlabelled" in args.steps:
         if len(args.steps) > 1:
@@ -1004,6 +1192,8 @@ def main(argv=None):
                 if f.stem not in names:
                     f.unlink()
                     log(f"removed stale {f.relative_to(ROOT) if f.is_relative_to(ROOT) else f}")
+    if "labels" in args.steps:
+        write_labels(args.labels)
     manifest = summarize(load_programs(), args, seconds)
     write_gitignore(manifest["graph_shards_committed"])
     log(f"{manifest['programs']} programs, {manifest['kernels']} kernels, "

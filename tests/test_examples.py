@@ -455,6 +455,82 @@ def test_confirm_keeps_each_kernels_faster_timing_in_the_shards_and_the_cache(
     assert (tmp_path / "kernels" / "p3.zst").read_bytes() == before
 
 
+def test_labels_travel_to_the_committed_graphs(tmp_path, monkeypatch):
+    """build_corpus.py labels writes one machine's labels of the corpus's
+    measured kernels (the faster runtime, noise, both timings) in one small
+    file; relabel copies graphs/ elsewhere with them: runs and the corpus
+    machine's target go, a kernel the file lacks keeps its graph with an
+    error, the committed graphs stay as they were; a corpus of two machines
+    and files that are not label files are refused by name."""
+    import shutil
+
+    from tpuperf_cli.stream import RecordWriter, read_records
+
+    bc = build_corpus_in(tmp_path, monkeypatch)
+    here = {"platform": "cpu", "chip": "here", "method": 5, "clock": "process"}
+    there = dict(here, chip="there")
+    fp = {k: k * 32 for k in "abcde"}
+
+    def shard(path, records):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with RecordWriter(str(path), compress=True) as w:
+            for r in records:
+                w.write(r)
+
+    # this machine's corpus: a confirmed twice, b once, c failed; g generated
+    shard(tmp_path / "kernels" / "p1.zst", [
+        {"fingerprint": fp["a"], "runtime_ns": 100.0, "runs": [100], "noise": 0.02, "target": here,
+         "timings": [100.0, 130.0]},
+        {"fingerprint": fp["b"], "runtime_ns": 7.0, "runs": [7], "target": here},
+        {"fingerprint": fp["c"], "error": "compile: no"}])
+    shard(tmp_path / "generated" / "ops-000.zst", [
+        {"fingerprint": fp["d"], "runtime_ns": 50.0, "runs": [50], "noise": 0.1, "target": here}])
+    labels = tmp_path / "labels" / "here.zst"
+    assert bc.main(["labels", "--labels", str(labels)]) is None
+    target, table = bc.read_labels(labels)
+    assert target == here and table == {fp["a"]: (100.0, pytest.approx(0.02), [100.0, 130.0]),
+                                         fp["b"]: (7.0, None, None), fp["d"]: (50.0, pytest.approx(0.1), None)}
+    assert labels.stat().st_size < 1000
+
+    # the committed graphs, labelled on another machine: a, b, c (which
+    # failed here) and e (not measured here) in a program, d generated
+    graphs = tmp_path / "graphs"
+    program = [{"fingerprint": fp[k], "program": "p1", "node_feat": b"x", "runtime_ns": 1e3, "runs": [1e3],
+                "noise": 0.5, "target": there} for k in "abce"]
+    shard(graphs / "p1.zst", program)
+    shard(graphs / "generated" / "ops-000.zst",
+          [{"fingerprint": fp["d"], "program": "ops:add", "runtime_ns": 9.0, "target": there}])
+    before = (graphs / "p1.zst").read_bytes()
+    out = tmp_path / "here-graphs"
+    assert bc.relabel(labels, out) == (3, 2)
+    got = {r["fingerprint"][0]: r for r in read_records(str(out / "p1.zst"))}
+    assert list(got) == list("abce")
+    assert got["a"] == {"fingerprint": fp["a"], "program": "p1", "node_feat": b"x", "runtime_ns": 100.0,
+                        "noise": pytest.approx(0.02), "timings": [100.0, 130.0], "target": here}
+    assert got["b"]["runtime_ns"] == 7.0 and "noise" not in got["b"] and "runs" not in got["b"]
+    for k in "ce":
+        assert "runtime_ns" not in got[k] and got[k]["error"].startswith("unlabelled: not in")
+    [d] = read_records(str(out / "generated" / "ops-000.zst"))
+    assert d["runtime_ns"] == 50.0 and d["target"] == here
+    assert (graphs / "p1.zst").read_bytes() == before
+
+    with pytest.raises(SystemExit, match="the corpus's own graphs"):
+        bc.relabel(labels, graphs)
+    with pytest.raises(SystemExit, match="not a label file"):
+        bc.relabel(graphs / "p1.zst", out)
+    (tmp_path / "junk.zst").write_bytes(b"not zstd")
+    with pytest.raises(SystemExit, match="junk.zst: unreadable"):
+        bc.relabel(tmp_path / "junk.zst", out)
+    shutil.rmtree(graphs / "generated")
+    with pytest.raises(SystemExit, match="run `python examples/build_corpus.py featurize` first"):
+        bc.relabel(labels, out)
+    # a corpus timed on two machines has no one machine's labels
+    shard(tmp_path / "generated" / "ops-001.zst", [{"fingerprint": fp["e"], "runtime_ns": 5.0, "target": there}])
+    with pytest.raises(SystemExit, match=r"ops-001.zst record 1 was measured on another machine"):
+        bc.export_labels(tmp_path / "two.zst")
+    assert not (tmp_path / "two.zst").exists()
+
+
 def test_an_interrupted_confirm_keeps_its_second_timings_and_goes_on(tmp_path, monkeypatch):
     """build_corpus.py confirm interrupted (Ctrl-C) after its first chunk:
     it says so, leaves the shards as they were, and a rerun times only the
