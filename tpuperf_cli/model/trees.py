@@ -153,17 +153,15 @@ class TreeNet:
         # on disk) would double the time of a program's few hundred kernels:
         # numpy walks until its walks would pass about that much time
         work = rows.shape[0] * self.roots.size
+        arrays = (self.roots, self.feature, self.threshold, self.left, self.right, self.leaf_value)
         if self.walked + work <= COMPILE_AFTER:
             self.walked += work
-            return _numpy_walk(rows, self.roots, self.feature, self.threshold, self.left, self.right,
-                               self.leaf_value)
+            return _numpy_walk(rows, *arrays)
         walk = _compiled_walk()
         if walk is _numpy_walk:     # numba missing
-            return walk(rows, self.roots, self.feature, self.threshold, self.left, self.right,
-                        self.leaf_value)
+            return walk(rows, *arrays)
         if self._lanes is None:
-            self._lanes = lane_arrays(self.roots, self.feature, self.threshold, self.left, self.right,
-                                      self.leaf_value)
+            self._lanes = lane_arrays(*arrays)
         roots, feature, threshold32, threshold64, child, value, leaves_from = self._lanes
         threshold = threshold32 if rows.dtype == np.float32 else threshold64
         return walk(rows, roots, feature, threshold, child, value, leaves_from)
