@@ -703,13 +703,18 @@ def confirm_summary(records):
 
 
 LABELS_VERSION = 1
+# the manifest's fields a label file carries
+LABELS_MANIFEST = ("measure_options", "last_build_measure_seconds", "two_timings", "median_kernel_noise",
+                   "measurement_noise", "reference_kernels")
 
 
 def export_labels(dest):
     """Write one machine's labels of the corpus to dest (.zst): for every
     distinct measured kernel of the programs' shards and the generated
     chunks, its runtime, noise and two timings (where confirm took them),
-    by fingerprint, with the target that measured them. One record of
+    by fingerprint (a kernel in several shards: its first record's, the
+    programs' before the generated chunks'), with the target that
+    measured them and the manifest's account of how (LABELS_MANIFEST). One record of
     columns (the fingerprints' 16 bytes, little-endian floats; NaN where a
     kernel has no noise or one timing), so that another machine's corpus,
     an hour of measuring, travels in a file of a few MB and `relabel`
@@ -745,8 +750,12 @@ def export_labels(dest):
         raise SystemExit("build_corpus: labels: no measured kernel in kernels/ or generated/")
     fps = sorted(labels)
     nan = math.nan
+    manifest = json.loads((CORPUS / "manifest.json").read_text()) \
+        if (CORPUS / "manifest.json").exists() else {}
     record = {"v": LABELS_VERSION, "type": "labels", "target": target, "kernels": len(fps),
               "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              # how it was measured, and the kernels `tpuperf machine --check` times
+              "manifest": {k: manifest[k] for k in LABELS_MANIFEST if k in manifest},
               "fingerprints": bytes.fromhex("".join(fps)),
               "runtime_ns": np.array([labels[fp][0] for fp in fps], "<f8").tobytes(),
               "noise": np.array([nan if labels[fp][1] is None else labels[fp][1] for fp in fps],

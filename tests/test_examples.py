@@ -485,8 +485,12 @@ def test_labels_travel_to_the_committed_graphs(tmp_path, monkeypatch):
         {"fingerprint": fp["c"], "error": "compile: no"}])
     shard(tmp_path / "generated" / "ops-000.zst", [
         {"fingerprint": fp["d"], "runtime_ns": 50.0, "runs": [50], "noise": 0.1, "target": here}])
+    (tmp_path / "manifest.json").write_text(json.dumps({"two_timings": {"median_gap": 0.3},
+                                                         "per_program": {"p1": 3}}))
     labels = tmp_path / "labels" / "here.zst"
     assert bc.main(["labels", "--labels", str(labels)]) is None
+    [whole] = read_records(str(labels))
+    assert whole["manifest"] == {"two_timings": {"median_gap": 0.3}} and whole["kernels"] == 3
     target, table = bc.read_labels(labels)
     assert target == here and table == {fp["a"]: (100.0, pytest.approx(0.02), [100.0, 130.0]),
                                          fp["b"]: (7.0, None, None), fp["d"]: (50.0, pytest.approx(0.1), None)}
