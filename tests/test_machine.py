@@ -95,6 +95,10 @@ def test_check_without_references_is_a_clear_error(tmp_path):
     p = _run(["machine", "--check", "m.json"], tmp_path)
     assert p.returncode == 1 and "no reference_kernels" in p.stderr.decode()
     assert "Traceback" not in p.stderr.decode()
+    (tmp_path / "l.zst").write_bytes(b"not zstd")
+    p = _run(["machine", "--check", "l.zst"], tmp_path)
+    assert p.returncode == 1 and "l.zst: not a label file" in p.stderr.decode()
+    assert "Traceback" not in p.stderr.decode()
 
 
 def test_committed_corpus_reference_kernels_resolve():
@@ -109,6 +113,12 @@ def test_committed_corpus_reference_kernels_resolve():
     manifest, refs = load_references(corpus)
     assert len(refs) == len(manifest["reference_kernels"]) >= 8
     assert all(text.startswith("HloModule") for _, text in refs)
+    # a label file of the corpus: its machine's target and timings, the corpus's texts
+    theirs, their_refs = load_references(corpus / "labels" / "amd-epyc-26-2.zst")
+    assert theirs["target"]["cpu"]["vendor"] == "AuthenticAMD" != manifest["target"]["cpu"]["vendor"]
+    assert [t for _, t in their_refs] and all(t.startswith("HloModule") for _, t in their_refs)
+    ours = {r["fingerprint"]: r["runtime_ns"] for r in manifest["reference_kernels"]}
+    assert all(ours.get(r["fingerprint"]) != r["runtime_ns"] for r, _ in their_refs)
 
 
 def test_references_of_generated_kernels_are_found_in_generated_chunks(tmp_path):

@@ -11,8 +11,9 @@ from tpuperf_cli.errors import TpuperfError
 
 @click.command("machine", context_settings=CONTEXT)
 @click.option("--check", "manifest", metavar="MANIFEST", type=click.Path(exists=True),
-              help="A corpus manifest (or its directory): compare this machine's target with "
-                   "it and time its reference kernels here.")
+              help="A corpus manifest (or its directory), or a label file of the corpus "
+                   "(examples/corpus/labels/NAME.zst: another machine's labels): compare this "
+                   "machine's target with it and time its reference kernels here.")
 @click.option("--backend", type=click.Choice(["auto", "cpu", "gpu", "tpu"]), default="auto",
               show_default=True, help="XLA backend, as for measure.")
 @format_option(["text", "json"], "text")
@@ -34,13 +35,16 @@ def cli(manifest, backend, fmt):
     within 1.5x of its recorded time and their median within 15%. Then a
     corpus may be extended here and a model's accuracy compared with the
     README's; otherwise measure the whole corpus again on this machine, in
-    one session, and train on that.
+    one session, and train on that. A label file of the corpus (written by
+    `examples/build_corpus.py labels`) stands for the machine that measured
+    it: its target and its timings of the same reference kernels.
 
     \b
     Examples:
       tpuperf machine
       tpuperf machine --check examples/corpus/manifest.json
       tpuperf machine --check examples/corpus -f json
+      tpuperf machine --check examples/corpus/labels/amd-epyc-26-2.zst
 
     Exit status: 0 when the machine is the corpus's (or without --check), 1
     when it is not, or on an error.

@@ -52,9 +52,26 @@ def pick_references(records: Iterable[Record], per_kind: int = 2) -> list[dict]:
     return refs
 
 
+def _label_file(path: Path) -> dict:
+    """{"target", "reference_kernels"} of a label file (examples/build_corpus.py
+    labels: one machine's labels of a corpus, in its labels/ folder)."""
+    from tpuperf_cli.stream import read_records
+
+    try:
+        records = list(read_records(str(path)))
+    except (OSError, TpuperfError) as e:
+        raise TpuperfError(f"{path}: not a label file ({e})") from None
+    if len(records) != 1 or records[0].get("type") != "labels":
+        raise TpuperfError(f"{path}: not a label file (examples/build_corpus.py labels writes them)")
+    return {"target": records[0].get("target") or {},
+            "reference_kernels": (records[0].get("manifest") or {}).get("reference_kernels")}
+
+
 def load_references(manifest_path: str | Path) -> tuple[dict, list[tuple[dict, str]]]:
-    """(manifest, [(reference, hlo text)]) from a corpus manifest; the
-    texts come from the kernel shards beside it."""
+    """(manifest, [(reference, hlo text)]) from a corpus manifest, or from
+    a label file of the corpus (its target and its reference kernels'
+    runtimes, that machine's); the texts come from the corpus's kernel
+    shards."""
     import json
 
     from tpuperf_cli.stream import read_records
@@ -62,12 +79,17 @@ def load_references(manifest_path: str | Path) -> tuple[dict, list[tuple[dict, s
     path = Path(manifest_path)
     if path.is_dir():
         path = path / "manifest.json"
+    labels = _label_file(path) if path.suffix == ".zst" else None
+    if labels is not None:      # another machine's labels of the corpus two folders up
+        path = path.parent.parent / "manifest.json"
     try:
         manifest = json.loads(path.read_text())
     except OSError as e:
         raise TpuperfError(f"{path}: {e.strerror}") from None
     except ValueError as e:
         raise TpuperfError(f"{path}: not a JSON manifest ({e})") from None
+    if labels is not None:
+        manifest = {**manifest, **labels}
     refs = manifest.get("reference_kernels")
     if not refs:
         raise TpuperfError(f"{path}: no reference_kernels (rebuild the manifest with "
