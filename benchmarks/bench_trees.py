@@ -10,8 +10,9 @@ them, as `tpuperf ensemble` makes) walk the pooled rows of the committed
 CPU corpus's first --programs programs' kernels, in predict's batches of
 512. Figures, all from this run: each walk's CPU time (the best of
 --repeat) and ns per (row, tree), the compiled walk's speed as a ratio of
-numpy's and of the one-at-a-time loop's, the time numba's import and first call cost in a fresh process
-(its cache on disk warm, as after the first use), and how many (row,
+numpy's and of the one-at-a-time loop's, the time numba's import and
+first call cost in a fresh process (its cache on disk warm, as after the
+first use), and how many (row,
 tree) walks numpy makes in that time: the budget COMPILE_AFTER stands
 for. The walks' sums are checked to agree.
 

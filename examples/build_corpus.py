@@ -714,12 +714,13 @@ def export_labels(dest):
     chunks, its runtime, noise and two timings (where confirm took them),
     by fingerprint (a kernel in several shards: its first record's, the
     programs' before the generated chunks'), with the target that
-    measured them and the manifest's account of how (LABELS_MANIFEST). One record of
-    columns (the fingerprints' 16 bytes, little-endian floats; NaN where a
-    kernel has no noise or one timing), so that another machine's corpus,
-    an hour of measuring, travels in a file of a few MB and `relabel`
-    gives the committed graphs those labels in a minute. Refuses a corpus
-    measured on more than one machine. Returns how many kernels."""
+    measured them and the manifest's account of how (LABELS_MANIFEST).
+    One record of columns (the fingerprints' 16 bytes, little-endian
+    floats; NaN where a kernel has no noise or one timing), so that
+    another machine's corpus, an hour of measuring, travels in a file of
+    a few MB and `relabel` gives the committed graphs those labels in
+    seconds. Refuses a corpus measured on more than one machine. Returns
+    how many kernels."""
     sys.path.insert(0, str(ROOT))
     import numpy as np
 
@@ -1201,14 +1202,14 @@ def main(argv=None):
                 if f.stem not in names:
                     f.unlink()
                     log(f"removed stale {f.relative_to(ROOT) if f.is_relative_to(ROOT) else f}")
-    if "labels" in args.steps:
-        write_labels(args.labels)
     manifest = summarize(load_programs(), args, seconds)
     write_gitignore(manifest["graph_shards_committed"])
     log(f"{manifest['programs']} programs, {manifest['kernels']} kernels, "
         f"{manifest['distinct_kernels']} distinct ({manifest['distinct_measured']} measured), "
         f"kernel shards {manifest['kernel_shards_mb']} MB, graph shards "
         f"{manifest['graph_shards_mb']} MB")
+    if "labels" in args.steps:      # last: the file carries the manifest just written
+        write_labels(args.labels)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,7 @@ def load_references(manifest_path: str | Path) -> tuple[dict, list[tuple[dict, s
     if path.is_dir():
         path = path / "manifest.json"
     labels = _label_file(path) if path.suffix == ".zst" else None
+    source = path               # where the reference kernels come from, for errors
     if labels is not None:      # another machine's labels of the corpus two folders up
         path = path.parent.parent / "manifest.json"
     try:
@@ -92,7 +93,7 @@ def load_references(manifest_path: str | Path) -> tuple[dict, list[tuple[dict, s
         manifest = {**manifest, **labels}
     refs = manifest.get("reference_kernels")
     if not refs:
-        raise TpuperfError(f"{path}: no reference_kernels (rebuild the manifest with "
+        raise TpuperfError(f"{source}: no reference_kernels (rebuild the manifest with "
                            f"examples/build_corpus.py manifest)")
     shards = {p["name"]: p["kernel_shard"] for p in manifest.get("per_program", [])}
     texts = {}

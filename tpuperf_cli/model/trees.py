@@ -11,8 +11,8 @@ model is a Model like any other: the same scaling, file format (version
 LightGBM fits them (an optional extra: pip install 'tpuperf[gbdt]'), and
 the fitted trees are stored as flat arrays walked here, in numpy for the
 first few million (row, tree) pairs of a model, then by a loop numba
-compiles (eight rows down a tree at once), so that predict needs neither LightGBM nor torch to run a tree
-model and a small input pays no compile.
+compiles (eight rows down a tree at once), so that predict needs neither
+LightGBM nor torch to run a tree model and a small input pays no compile.
 
 A tree in the arrays: internal nodes hold a feature index, a threshold
 (go left when the feature's value <= threshold) and two children; a child
@@ -238,8 +238,9 @@ def _lane_walk(rows, roots, feature, threshold, child, value, leaves_from):
     their chains overlap. Every lane steps until all eight stand on a leaf
     (leaves step in place: lane_arrays). 2.2x to 2.7x the one-at-a-time
     loop on the bundled GPU model's trees, 1.8x on the random split's
-    1,993 (benchmarks/bench_trees.py, README "Speed"), though the eight take as many steps as the deepest of them
-    (11.1 a walk there, against 7.8 alone). A value above the threshold
+    1,993 (benchmarks/bench_trees.py, README "Speed"), though the eight
+    take as many steps as the deepest of them (11.1 a walk there, against
+    7.8 alone). A value above the threshold
     goes right, the rest left, NaN too, as in _numpy_walk (LightGBM sends
     NaN by the split's missing type; pooled rows hold none)."""
     n = rows.shape[0]
