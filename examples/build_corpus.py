@@ -702,28 +702,20 @@ def confirm_summary(records):
             "slower_second": sum(b > CONFIRM_APART * a for a, b in pairs)}
 
 
-LABELS_VERSION = 1
-# the manifest's fields a label file carries
-LABELS_MANIFEST = ("measure_options", "last_build_measure_seconds", "two_timings", "median_kernel_noise",
-                   "measurement_noise", "reference_kernels")
-
-
 def export_labels(dest):
     """Write one machine's labels of the corpus to dest (.zst): for every
     distinct measured kernel of the programs' shards and the generated
     chunks, its runtime, noise and two timings (where confirm took them),
     by fingerprint (a kernel in several shards: its first record's, the
     programs' before the generated chunks'), with the target that
-    measured them and the manifest's account of how (LABELS_MANIFEST).
-    One record of columns (the fingerprints' 16 bytes, little-endian
-    floats; NaN where a kernel has no noise or one timing), so that
-    another machine's corpus, an hour of measuring, travels in a file of
-    a few MB and `relabel` gives the committed graphs those labels in
-    seconds. Refuses a corpus measured on more than one machine. Returns
-    how many kernels."""
+    measured them and the manifest's account of how
+    (tpuperf_cli/measure/labels.py has the format), so that another
+    machine's corpus, an hour of measuring, travels in a file of a few MB
+    and `relabel` gives the committed graphs those labels in seconds.
+    Refuses a corpus measured on more than one machine. Returns how many
+    kernels."""
     sys.path.insert(0, str(ROOT))
-    import numpy as np
-
+    from tpuperf_cli.measure.labels import label_record
     from tpuperf_cli.measure.target import target_key
     from tpuperf_cli.model.known import FINGERPRINT
     from tpuperf_cli.stream import read_records
@@ -745,26 +737,15 @@ def export_labels(dest):
                 raise SystemExit(f"build_corpus: labels: {shard} record {i + 1}: no fingerprint "
                                  f"(32 hex digits) to label it by")
             timings = r.get("timings") or []
-            labels.setdefault(fp, (r["runtime_ns"], r.get("noise"),
-                                   timings if len(timings) == 2 else [math.nan, math.nan]))
+            labels.setdefault(fp, (r["runtime_ns"], r.get("noise"), timings if len(timings) == 2 else None))
     if not labels:
         raise SystemExit("build_corpus: labels: no measured kernel in kernels/ or generated/")
-    fps = sorted(labels)
-    nan = math.nan
     manifest = json.loads((CORPUS / "manifest.json").read_text()) \
         if (CORPUS / "manifest.json").exists() else {}
-    record = {"v": LABELS_VERSION, "type": "labels", "target": target, "kernels": len(fps),
-              "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              # how it was measured, and the kernels `tpuperf machine --check` times
-              "manifest": {k: manifest[k] for k in LABELS_MANIFEST if k in manifest},
-              "fingerprints": bytes.fromhex("".join(fps)),
-              "runtime_ns": np.array([labels[fp][0] for fp in fps], "<f8").tobytes(),
-              "noise": np.array([nan if labels[fp][1] is None else labels[fp][1] for fp in fps],
-                                "<f4").tobytes(),
-              "timings": np.array([labels[fp][2] for fp in fps], "<f8").tobytes()}
+    record = label_record(target, labels, manifest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     write_records_atomic([record], dest)
-    return len(fps)
+    return len(labels)
 
 
 def write_labels(dest):
@@ -777,41 +758,14 @@ def read_labels(path):
     of a file export_labels wrote; SystemExit naming the file for anything
     else."""
     sys.path.insert(0, str(ROOT))
-    import numpy as np
-
     from tpuperf_cli.errors import TpuperfError
-    from tpuperf_cli.stream import read_records
-
-    def bad(why):
-        return SystemExit(f"build_corpus: relabel: {path}: {why} (a file `build_corpus.py labels` "
-                          f"writes)")
+    from tpuperf_cli.measure.labels import read_label_file
 
     try:
-        records = list(read_records(str(path)))
-    except (OSError, TpuperfError) as e:
-        raise bad(f"unreadable: {e}") from None
-    if len(records) != 1 or records[0].get("type") != "labels":
-        raise bad("not a label file")
-    r = records[0]
-    if r.get("v") != LABELS_VERSION:
-        raise bad(f"label file version {r.get('v')!r}, this script reads {LABELS_VERSION}")
-    try:
-        n = int(r["kernels"])
-        raw = r["fingerprints"]
-        ns = np.frombuffer(r["runtime_ns"], "<f8")
-        noise = np.frombuffer(r["noise"], "<f4")
-        timings = np.frombuffer(r["timings"], "<f8").reshape(-1, 2)
-        if len(raw) != 16 * n or not (ns.size == noise.size == timings.shape[0] == n):
-            raise ValueError(f"columns of unequal lengths for {n} kernels")
-    except (KeyError, TypeError, ValueError) as e:
-        raise bad(f"malformed: {e}") from None
-    hexes = raw.hex()
-    table = {}
-    for i in range(n):
-        t = timings[i].tolist()
-        table[hexes[32 * i:32 * i + 32]] = (float(ns[i]), None if np.isnan(noise[i]) else float(noise[i]),
-                                           None if math.isnan(t[0]) else t)
-    return r.get("target") or {}, table
+        target, _, table = read_label_file(path)
+    except TpuperfError as e:
+        raise SystemExit(f"build_corpus: relabel: {e}") from None
+    return target, table
 
 
 def relabel(labels_path, out_dir):
@@ -821,8 +775,9 @@ def relabel(labels_path, out_dir):
     runtime, noise, timings and target, and loses the samples (runs) of
     the corpus's machine; a record it lacks (that kernel failed there, or
     it is not in the file) keeps its graph with an error instead, as a
-    failed measurement does, so a program's kernels stay whole. Returns
-    (labelled, unlabelled) counts."""
+    failed measurement does, so a program's kernels stay whole. Shards
+    in out_dir (and its generated/) that the corpus lacks are removed.
+    Returns (labelled, unlabelled) counts."""
     sys.path.insert(0, str(ROOT))
     from tpuperf_cli.stream import read_records
 
@@ -856,6 +811,10 @@ def relabel(labels_path, out_dir):
             yield r
 
     t0 = time.time()
+    written = {out_dir / shard.relative_to(src) for shard in shards}
+    for folder in (out_dir, out_dir / "generated"):
+        for stale in set(folder.glob("*.zst")) - written:
+            stale.unlink()      # an earlier relabel's shard the corpus no longer has
     for shard in shards:
         dest = out_dir / shard.relative_to(src)
         dest.parent.mkdir(parents=True, exist_ok=True)

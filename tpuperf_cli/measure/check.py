@@ -53,18 +53,12 @@ def pick_references(records: Iterable[Record], per_kind: int = 2) -> list[dict]:
 
 
 def _label_file(path: Path) -> dict:
-    """{"target", "reference_kernels"} of a label file (examples/build_corpus.py
-    labels: one machine's labels of a corpus, in its labels/ folder)."""
-    from tpuperf_cli.stream import read_records
+    """{"target", "reference_kernels"} of a label file (measure/labels.py:
+    one machine's labels of a corpus, in its labels/ folder)."""
+    from tpuperf_cli.measure.labels import read_label_file
 
-    try:
-        records = list(read_records(str(path)))
-    except (OSError, TpuperfError) as e:
-        raise TpuperfError(f"{path}: not a label file ({e})") from None
-    if len(records) != 1 or records[0].get("type") != "labels":
-        raise TpuperfError(f"{path}: not a label file (examples/build_corpus.py labels writes them)")
-    return {"target": records[0].get("target") or {},
-            "reference_kernels": (records[0].get("manifest") or {}).get("reference_kernels")}
+    labels = read_label_file(path)
+    return {"target": labels.target, "reference_kernels": labels.manifest.get("reference_kernels")}
 
 
 def load_references(manifest_path: str | Path) -> tuple[dict, list[tuple[dict, str]]]:
