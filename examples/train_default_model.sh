@@ -44,6 +44,9 @@
 #   OUT=/tmp/m.pt sh examples/train_default_model.sh   # somewhere else
 #   SPLIT=examples/splits/manual.json OUT=/tmp/m.pt sh examples/train_default_model.sh
 #   GENERATED='examples/corpus/graphs/generated/ops-*.zst' OUT=/tmp/m.pt sh examples/train_default_model.sh
+#   # a model of another machine, from its labels of the corpus
+#   # (examples/corpus/labels/: `build_corpus.py labels` wrote them there)
+#   LABELS=examples/corpus/labels/amd-epyc-26-2.zst OUT=/tmp/amd.pt sh examples/train_default_model.sh
 #
 # Extra arguments go to `tpuperf train` (e.g. --hidden 128).
 #
@@ -216,6 +219,16 @@ if [ -z "$(ls examples/corpus/graphs/generated/*.zst 2>/dev/null)" ] \
 fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+# LABELS=FILE: train on the committed graphs given another machine's labels
+# (`build_corpus.py relabel` copies them to $TMP/graphs in seconds), and
+# score the model on those labels; the model then describes that machine
+GRAPHS=examples/corpus/graphs
+if [ -n "$LABELS" ]; then
+    $PY examples/build_corpus.py relabel --labels "$LABELS" --graphs-dir "$TMP/graphs"
+    GRAPHS=$TMP/graphs
+    GENERATED=$(echo "$GENERATED" | sed "s|^examples/corpus/graphs/|$GRAPHS/|")
+fi
+NAME=${NAME:-$(basename "$OUT" .pt)}
 # train_seeds PREFIX "SEEDS" [more train options]: two at a time, one per
 # core of the 2-core machine; fails when any run fails
 train_seeds() {
@@ -224,7 +237,7 @@ train_seeds() {
     pids=""
     for seed in $seeds; do
         TPUPERF_THREADS=1 $PY -m tpuperf_cli train \
-            --data 'examples/corpus/graphs/*.zst' --split "$SPLIT" -o "$TMP/$prefix$seed.pt" --name default \
+            --data "$GRAPHS/*.zst" --split "$SPLIT" -o "$TMP/$prefix$seed.pt" --name "$NAME" \
             --data "$GENERATED" --generated-share 0.5 --generated-even source --source-weight indexed=0.25 \
             --seed "$seed" --threads 1 --epochs 300 --patience 25 --max-time 7200 --noise-scale 0 \
             --gnn sage --layers 3 --neighbors 20 --reduction column --hidden 64 --opcode-dim 32 \
@@ -241,7 +254,7 @@ train_seeds() {
 # as the networks (the same feature scaling, so that they join)
 train_trees() {
     TPUPERF_THREADS=1 $PY -m tpuperf_cli train --learner gbdt \
-        --data 'examples/corpus/graphs/*.zst' --split "$SPLIT" -o "$1" --name trees \
+        --data "$GRAPHS/*.zst" --split "$SPLIT" -o "$1" --name trees \
         --data "$GENERATED" --generated-share 0.5 --generated-even source --source-weight indexed=0.25 \
         --seed 0 --threads 1 --noise-scale 0 --kernel-features 16 --lr 0.1
 }
@@ -263,9 +276,9 @@ fi
 set -- "$TMP"/seed*.pt
 if [ "$TREES" = 1 ]; then set -- "$@" "$TMP/trees.pt"; fi
 if [ $# -gt 1 ]; then
-    $PY -m tpuperf_cli ensemble "$@" --name "$(basename "$OUT" .pt)" -o "$OUT"
+    $PY -m tpuperf_cli ensemble "$@" --name "$NAME" -o "$OUT"
 else
     cp "$1" "$OUT"
 fi
 
-$PY benchmarks/bench_accuracy.py --model "$OUT" --split "$SPLIT"
+$PY benchmarks/bench_accuracy.py --model "$OUT" --split "$SPLIT" --corpus "$GRAPHS"
