@@ -554,3 +554,45 @@ def test_eval_scores_known_kernels_as_predict_does_and_no_known_scores_the_netwo
     alone = CliRunner().invoke(cli, args + ["--no-known"])
     assert alone.exit_code == 0 and "at the runtime model" not in alone.stderr
     assert json.loads(got.stdout) != json.loads(alone.stdout)
+
+
+AMD_MODEL = "cpu-amd-epyc-26-2"
+
+
+def test_records_measured_on_a_bundled_cpu_target_choose_its_model(tmp_path, monkeypatch):
+    """The bundled model of the AMD EPYC family 26 model 2 (trained on that
+    machine's labels of the corpus, examples/corpus/labels/) is the default
+    for records measured there, and predicts that machine's timings of a
+    held-out program's kernels nearer than the Intel corpus's model does."""
+    import json
+    import pathlib
+
+    from tpuperf_cli.commands.options import resolve_model
+    from tpuperf_cli.measure.labels import read_label_file
+    from tpuperf_cli.model.calibrated import default_choice
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))      # no calibrated models
+    root = pathlib.Path(ROOT)
+    labels = read_label_file(root / "examples" / "corpus" / "labels" / "amd-epyc-26-2.zst")
+    sidecar = json.loads((root / "tpuperf_cli" / "data" / f"{AMD_MODEL}.target.json").read_text())
+    assert sidecar["target"] == labels.target
+    path, why = default_choice(labels.target)
+    assert os.path.basename(path) == f"{AMD_MODEL}.pt" and why == "bundled for the records' target"
+    assert resolve_model(AMD_MODEL) == path
+    other = dict(labels.target, cpu=dict(labels.target["cpu"], model="17"))     # another machine
+    assert default_choice(other)[0] == default_model_path()
+    amd = load_model(path)
+    assert amd.known and len(amd.known) > 50_000
+
+    # a test program of the random split (neither model trained on it), at that machine's labels
+    program = json.loads((root / "examples" / "splits" / "random.json").read_text())["test"][0]
+    records = [dict(r, runtime_ns=labels.labels[r["fingerprint"]][0], target=labels.target)
+               for r in read_records(str(root / "examples" / "corpus" / "graphs" / f"{program}.zst"))
+               if r["fingerprint"] in labels.labels and labels.labels[r["fingerprint"]][0] >= 5e3]
+    assert len(records) >= 10
+
+    def median_error(model):
+        got = list(predict_records(records, model, warn=lambda _: None))
+        return float(np.median([abs(np.log(r["pred_ns"] / r["runtime_ns"])) for r in got]))
+
+    assert median_error(amd) < median_error(load_model())
