@@ -46,7 +46,10 @@
 #   GENERATED='examples/corpus/graphs/generated/ops-*.zst' OUT=/tmp/m.pt sh examples/train_default_model.sh
 #   # a model of another machine, from its labels of the corpus
 #   # (examples/corpus/labels/: `build_corpus.py labels` wrote them there)
-#   LABELS=examples/corpus/labels/amd-epyc-26-2.zst OUT=/tmp/amd.pt sh examples/train_default_model.sh
+#   # (the bundled tpuperf_cli/data/cpu-amd-epyc-26-2.pt was made so, 2026-12-07)
+#   LABELS=examples/corpus/labels/amd-epyc-26-2.zst NAME=cpu-amd-epyc-26-2 \
+#       OUT=tpuperf_cli/data/cpu-amd-epyc-26-2.pt sh examples/train_default_model.sh
+#   # NAME: the model's name stem (default: OUT's file name)
 #
 # Extra arguments go to `tpuperf train` (e.g. --hidden 128).
 #

@@ -55,8 +55,9 @@ def format_option(choices, default, help="Output format."):
 
 def resolve_model(path):
     """A --model value as a path: `default` and `bundled` are the bundled
-    model, and the name of another bundled model (gpu-nvidia-h200) is that
-    model (unless a file of that name is in the working directory)."""
+    model, and the name of another bundled model (gpu-nvidia-h200,
+    cpu-amd-epyc-26-2) is that model (unless a file of that name is in the
+    working directory)."""
     if path in ("default", "bundled") and not os.path.exists(path):
         from tpuperf_cli.model import default_model_path
 

@@ -21,7 +21,8 @@ from tpuperf_cli.commands.options import (
 @click.command("predict", context_settings=CONTEXT)
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
 @model_option(help="Model file from `tpuperf train`, or a bundled model's name (`bundled`: the "
-                   "CPU model; gpu-nvidia-h200: the NVIDIA H200's). Default (or `default`): the "
+                   "CPU model; gpu-nvidia-h200: the NVIDIA H200's; cpu-amd-epyc-26-2: an AMD EPYC "
+                   "family 26 model 2's). Default (or `default`): the "
                    "model `tpuperf calibrate` wrote for the records' target (this machine's, for "
                    "records not measured), else the model bundled for that target, else the "
                    "bundled CPU model.")
@@ -65,13 +66,16 @@ def cli(files, model, batch_size, output, device, threads, engine, no_known, sho
     the records' target (the target of the first record; for records not
     measured, this machine's CPU as `measure` describes it by default) in
     $XDG_DATA_HOME/tpuperf/models/, and says so on stderr; when there is
-    none, a model bundled with tpuperf for the records' target: today one,
-    gpu-nvidia-h200, trained on kernels of the example JAX programs that
+    none, a model bundled with tpuperf for the records' target: today two.
+    gpu-nvidia-h200 was trained on kernels of the example JAX programs that
     XLA:GPU compiled and CUPTI timed on an NVIDIA H200 (records measured
     there choose it, and so do records of another GPU, whose nearest
-    bundled model it is; for records not measured, name it: --model
-    gpu-nvidia-h200); else the bundled CPU model: trained on kernels of
-    example JAX programs measured with XLA:CPU (see `predict --show-model`).
+    bundled model it is); cpu-amd-epyc-26-2 on the same CPU corpus as the
+    bundled CPU model, timed with XLA:CPU on an AMD EPYC family 26 model 2
+    (records measured on that CPU choose it). For records not measured,
+    name them: --model gpu-nvidia-h200, --model cpu-amd-epyc-26-2. Else
+    the bundled CPU model: trained on kernels of example JAX programs
+    measured with XLA:CPU on an Intel Xeon (see `predict --show-model`).
     Its figures are for that machine: calibrate one for yours (`tpuperf
     calibrate --help`) or train your own (`tpuperf train --help`). When the
     records carry a measurement target (from measure) other than the

@@ -10,7 +10,8 @@ calibrated model whose target is that of the records (records.target_identity),
 or, for records not measured, that of this machine as `measure` would
 describe it with its default settings (--cpus 1, the process clock); else
 a model bundled for the records' target (tpuperf_cli/data/NAME.pt with its
-NAME.target.json, e.g. the model of an NVIDIA H200), or for another device
+NAME.target.json: the model of an NVIDIA H200, and of an AMD EPYC family 26
+model 2's CPU), or for another device
 of their accelerator platform (another GPU's records: the H200's model);
 else the bundled CPU model, default.pt. Describing this machine reads /proc and
 sysfs only: no jax. On a GPU or TPU host the machine cannot be described
