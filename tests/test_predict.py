@@ -352,7 +352,7 @@ def test_bundled_model_loads_and_predicts():
     path = default_model_path()
     assert os.path.exists(path), "tpuperf_cli/data/default.pt is missing"
     assert os.path.getsize(path) < 5 * 1024 * 1024
-    m = load_model()
+    m = load_model(path)
     assert isinstance(m, Model) and m.task == "fusion"
     assert m.target and m.target["platform"] == "cpu"
     p = m.predict_examples([example(r) for r in synthetic_records(1, 3, seed=18)])
@@ -533,7 +533,7 @@ def test_records_without_a_real_fingerprint_store_nothing(trained):
 
 
 def test_the_bundled_models_know_their_training_kernels():
-    m = load_model()
+    m = load_model(default_model_path())
     assert m.known and len(m.known) > 50_000
     seeds = load_model(os.path.join(ROOT, "tpuperf_cli", "data", "default-seeds.pt"))
     assert seeds.known == m.known
@@ -562,13 +562,15 @@ AMD_MODEL = "cpu-amd-epyc-26-2"
 def test_records_measured_on_a_bundled_cpu_target_choose_its_model(tmp_path, monkeypatch):
     """The bundled model of the AMD EPYC family 26 model 2 (trained on that
     machine's labels of the corpus, examples/corpus/labels/) is the default
-    for records measured there, and predicts that machine's timings of a
-    held-out program's kernels nearer than the Intel corpus's model does."""
+    for records measured there, and for records not measured on such a
+    machine, and predicts that machine's timings of a held-out program's
+    kernels nearer than the Intel corpus's model does."""
     import json
     import pathlib
 
     from tpuperf_cli.commands.options import resolve_model
     from tpuperf_cli.measure.labels import read_label_file
+    from tpuperf_cli.model import calibrated
     from tpuperf_cli.model.calibrated import default_choice
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))      # no calibrated models
@@ -581,6 +583,11 @@ def test_records_measured_on_a_bundled_cpu_target_choose_its_model(tmp_path, mon
     assert resolve_model(AMD_MODEL) == path
     other = dict(labels.target, cpu=dict(labels.target["cpu"], model="17"))     # another machine
     assert default_choice(other)[0] == default_model_path()
+    # records not measured: the model of this machine, when it is that CPU
+    monkeypatch.setattr(calibrated, "machine_target", lambda: {**labels.target, "cores": 8})
+    assert default_choice() == (path, "bundled for this machine")
+    monkeypatch.setattr(calibrated, "machine_target", lambda: other)
+    assert default_choice() == (default_model_path(), "the bundled model; no calibrated model for this machine")
     amd = load_model(path)
     assert amd.known and len(amd.known) > 50_000
 
@@ -595,4 +602,4 @@ def test_records_measured_on_a_bundled_cpu_target_choose_its_model(tmp_path, mon
         got = list(predict_records(records, model, warn=lambda _: None))
         return float(np.median([abs(np.log(r["pred_ns"] / r["runtime_ns"])) for r in got]))
 
-    assert median_error(amd) < median_error(load_model())
+    assert median_error(amd) < median_error(load_model(default_model_path()))

@@ -70,10 +70,11 @@ def cli(files, model, batch_size, output, device, threads, engine, no_known, sho
     gpu-nvidia-h200 was trained on kernels of the example JAX programs that
     XLA:GPU compiled and CUPTI timed on an NVIDIA H200 (records measured
     there choose it, and so do records of another GPU, whose nearest
-    bundled model it is); cpu-amd-epyc-26-2 on the same CPU corpus as the
+    bundled model it is; for records not measured, name it: --model
+    gpu-nvidia-h200); cpu-amd-epyc-26-2 on the same CPU corpus as the
     bundled CPU model, timed with XLA:CPU on an AMD EPYC family 26 model 2
-    (records measured on that CPU choose it). For records not measured,
-    name them: --model gpu-nvidia-h200, --model cpu-amd-epyc-26-2. Else
+    (records measured on that CPU choose it, and so do records not
+    measured when this machine is that CPU). Else
     the bundled CPU model: trained on kernels of example JAX programs
     measured with XLA:CPU on an Intel Xeon (see `predict --show-model`).
     Its figures are for that machine: calibrate one for yours (`tpuperf

@@ -9,7 +9,7 @@ The default model (predict without --model, `--model default`) is the
 calibrated model whose target is that of the records (records.target_identity),
 or, for records not measured, that of this machine as `measure` would
 describe it with its default settings (--cpus 1, the process clock); else
-a model bundled for the records' target (tpuperf_cli/data/NAME.pt with its
+a model bundled for that target (tpuperf_cli/data/NAME.pt with its
 NAME.target.json: the model of an NVIDIA H200, and of an AMD EPYC family 26
 model 2's CPU), or for another device
 of their accelerator platform (another GPU's records: the H200's model);
@@ -165,7 +165,7 @@ def default_for_platform(platform: str | None) -> tuple[str, str] | None:
 def default_choice(records_target: dict | None = None) -> tuple[str, str]:
     """(path, why) of the default model: the calibrated model of the records'
     target (or of this machine, for records without one), else the model
-    bundled for the records' target, else the bundled CPU model."""
+    bundled for that target, else the bundled CPU model."""
     from tpuperf_cli.model import default_model_path
 
     if isinstance(records_target, dict):
@@ -179,15 +179,19 @@ def default_choice(records_target: dict | None = None) -> tuple[str, str]:
         if near:
             return near
         return default_model_path(), "the bundled model; no calibrated model for the records' target"
-    if not glob.glob(os.path.join(models_dir(), "*" + SIDECAR)):
-        # no calibrated model at all: describing this machine (and importing
-        # the measure package for it) would only cost start-up
+    calibrated = bool(glob.glob(os.path.join(models_dir(), "*" + SIDECAR)))
+    if not calibrated and not any(t.get("platform") == "cpu" for t, _ in _models(bundled_dir())):
+        # no model of any CPU but default.pt: describing this machine (and
+        # importing the measure package for it) would only cost start-up
         return default_model_path(), "the bundled model; no calibrated model for this machine"
     try:
         here = machine_target()
     except Exception:       # pragma: no cover - an odd /proc; the bundled model still works
         here = None
-    path = find_calibrated(here) if here else None
+    path = find_calibrated(here) if here and calibrated else None
     if path:
         return path, "calibrated for this machine"
+    path = find_calibrated(here, bundled_dir()) if here else None
+    if path:
+        return path, "bundled for this machine"
     return default_model_path(), "the bundled model; no calibrated model for this machine"
