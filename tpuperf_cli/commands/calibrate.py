@@ -156,7 +156,10 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     ~/.local/share/tpuperf/models/), named by target; from then on
     `predict`, `eval -m default` and so `score` pipelines use it by default
     when its target is the records' (this machine's, for records not
-    measured), and say so on stderr; --model still overrides.
+    measured), and say so on stderr; --model still overrides. Where
+    tpuperf bundles a model of this machine (cpu-amd-epyc-26-2, trained on
+    that CPU's timings of the whole corpus), the calibrated model takes its
+    place by default, and calibrate says so.
 
     Ctrl-C (or a killed process) keeps every kernel timed in the cache; a
     second run finds them there and, with at least 40 of them, adapts at
@@ -212,3 +215,10 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
     if result["out"] and not out:
         log("calibrate: predict, eval -m default and score pipelines use it by default for "
             "records of this target")
+        from tpuperf_cli.model.calibrated import bundled_for
+
+        bundled = bundled_for(result["target"])
+        if bundled:     # trained on this machine's timings of the whole corpus
+            log(f"calibrate: tpuperf bundles a model of this machine, {bundled}, which the "
+                f"calibrated one now replaces by default; `--model {bundled}` names it, and "
+                f"`tpuperf eval` on kernels measured here compares the two")

@@ -126,6 +126,13 @@ def bundled_model(name: str) -> str | None:
     return path if os.path.isfile(path) else None
 
 
+def bundled_for(target: dict | None) -> str | None:
+    """The name of the model bundled for exactly this target (by
+    records.target_identity; e.g. cpu-amd-epyc-26-2), or None."""
+    path = find_calibrated(target, bundled_dir())
+    return os.path.basename(path)[:-3] if path else None
+
+
 def _bundled_for_platform(platform) -> tuple[str, dict] | None:
     """(path, target) of the first bundled model of an accelerator platform."""
     if platform in (None, "cpu"):
