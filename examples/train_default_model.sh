@@ -49,7 +49,7 @@
 #   # (the bundled tpuperf_cli/data/cpu-amd-epyc-26-2.pt was made so, 2026-12-07)
 #   LABELS=examples/corpus/labels/amd-epyc-26-2.zst NAME=cpu-amd-epyc-26-2 \
 #       OUT=tpuperf_cli/data/cpu-amd-epyc-26-2.pt sh examples/train_default_model.sh
-#   # NAME: the model's name stem (default: OUT's file name)
+#   # NAME: the model's name stem (default: "default", or OUT's file name for a joined file)
 #
 # Extra arguments go to `tpuperf train` (e.g. --hidden 128).
 #
@@ -231,6 +231,9 @@ if [ -n "$LABELS" ]; then
     GRAPHS=$TMP/graphs
     GENERATED=$(echo "$GENERATED" | sed "s|^examples/corpus/graphs/|$GRAPHS/|")
 fi
+# NAME: the networks' name stem (default "default"), and the name of a
+# joined file (default OUT's file name)
+NETS=${NAME:-default}
 NAME=${NAME:-$(basename "$OUT" .pt)}
 # train_seeds PREFIX "SEEDS" [more train options]: two at a time, one per
 # core of the 2-core machine; fails when any run fails
@@ -240,7 +243,7 @@ train_seeds() {
     pids=""
     for seed in $seeds; do
         TPUPERF_THREADS=1 $PY -m tpuperf_cli train \
-            --data "$GRAPHS/*.zst" --split "$SPLIT" -o "$TMP/$prefix$seed.pt" --name "$NAME" \
+            --data "$GRAPHS/*.zst" --split "$SPLIT" -o "$TMP/$prefix$seed.pt" --name "$NETS" \
             --data "$GENERATED" --generated-share 0.5 --generated-even source --source-weight indexed=0.25 \
             --seed "$seed" --threads 1 --epochs 300 --patience 25 --max-time 7200 --noise-scale 0 \
             --gnn sage --layers 3 --neighbors 20 --reduction column --hidden 64 --opcode-dim 32 \

@@ -27,6 +27,7 @@ VERSION = 1
 MANIFEST_FIELDS = ("measure_options", "last_build_measure_seconds", "two_timings", "median_kernel_noise",
                    "measurement_noise", "reference_kernels")
 
+
 class LabelFile(NamedTuple):
     target: dict
     manifest: dict              # MANIFEST_FIELDS of the corpus's manifest when it was written
