@@ -2,11 +2,14 @@
 cache, a model written for this machine that predict and eval then use by
 default; a second run reuses the cache."""
 
+import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
+from unittest import mock
 
 import click
 import pytest
@@ -91,7 +94,9 @@ def test_prints_held_out_figures_before_and_after(calibrated):
     out = calibrated["first"].stdout.decode()
     assert "held out:" in out
     if "no kernel of the held-out programs" not in out:
-        assert "before (default-" in out and "after  (calibrated-" in out
+        # the base: the bundled seeds, or the model bundled for this machine's CPU
+        assert re.search(r"before \((default-seeds|cpu-amd-epyc-26-2)-", out), out
+        assert "after  (calibrated-" in out
         assert "MAPE" in out and "tau" in out
     err = calibrated["first"].stderr.decode()
     assert "left" in err                      # the time left, on stderr
@@ -548,12 +553,11 @@ def test_the_default_cpu_base_is_the_bundled_model_and_two_more_seeds():
 
     import numpy as np
 
-    from tpuperf_cli.calibrate import default_base
-    from tpuperf_cli.model import default_model_path
+    from tpuperf_cli.model import DEFAULT_SEEDS_MODEL, default_model_path
     from tpuperf_cli.model.examples import example
     from tpuperf_cli.model.predict import load_model
 
-    seeds = load_model(default_base("cpu")[0], engine="dgl")
+    seeds = load_model(default_model_path(DEFAULT_SEEDS_MODEL), engine="dgl")
     bundled = load_model(default_model_path(), engine="dgl")
     seeds.known = bundled.known = None      # their networks, not the kernels both know
     assert len(seeds.net.members) == 3
@@ -672,8 +676,15 @@ def test_on_a_gpu_calibrate_starts_from_the_gpu_model_and_corpus():
     from tpuperf_cli.model.predict import load_model
 
     assert pathlib.Path(default_base("gpu")[0]).name == "gpu-nvidia-h200.pt"
-    for backend in ("cpu", "tpu", None):
-        assert pathlib.Path(default_base(backend)[0]).name == "default-seeds.pt"
+    # on a CPU: the model bundled for this machine's CPU, else the bundled seeds
+    amd = json.loads((ROOT / "tpuperf_cli/data/cpu-amd-epyc-26-2.target.json").read_text())["target"]
+    with mock.patch("tpuperf_cli.model.calibrated.machine_target", lambda: amd):
+        assert default_base("cpu") == (str(ROOT / "tpuperf_cli/data/cpu-amd-epyc-26-2.pt"),
+                                       "the model bundled for this machine")
+    elsewhere = dict(amd, cpu=dict(amd["cpu"], family="25", model="17"))
+    with mock.patch("tpuperf_cli.model.calibrated.machine_target", lambda: elsewhere):
+        for backend in ("cpu", "tpu", None):
+            assert pathlib.Path(default_base(backend)[0]).name == "default-seeds.pt"
     shards = corpus_shards((), "gpu")
     assert all(pathlib.Path(s).parent == ROOT / "examples/corpus-gpu/kernels" for s in shards)
     assert pathlib.Path(corpus_shards((), "cpu")[0]).parent == GRAPHS

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from tpuperf_cli.commands.options import CONTEXT, AliasOption, quiet_option
+from tpuperf_cli.commands.options import CONTEXT, AliasOption, quiet_option, resolve_model
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
 
@@ -30,9 +30,11 @@ def parse_budget(ctx, param, text):
               help="Wall clock for the whole run (10m, 90s, 1h; a bare number is seconds): "
                    "--measure-share of it for timing, the rest for adapting.")
 @click.option("--model", "-m", "model", metavar="FILE",
-              help="Base model to adapt [default: the bundled model of the backend's platform: "
-                   "gpu-nvidia-h200 with --backend gpu, else default-seeds: the bundled CPU "
-                   "model and two more seeds of its recipe].")
+              help="Base model to adapt, a file or a bundled model's name (as predict --model "
+                   "takes them: cpu-amd-epyc-26-2...) [default: the bundled model of the "
+                   "backend's platform: gpu-nvidia-h200 with --backend gpu; on a CPU the model "
+                   "bundled for this machine's CPU where there is one (cpu-amd-epyc-26-2), else "
+                   "default-seeds: the bundled CPU model and two more seeds of its recipe].")
 @click.option("-o", "--output", "out", cls=AliasOption, hidden_aliases=["--out"], metavar="FILE",
               type=click.Path(dir_okay=False),
               help="Write the model here [default: $XDG_DATA_HOME/tpuperf/models/TARGET.pt, "
@@ -188,6 +190,8 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
         if not quiet:
             print(msg, file=sys.stderr, flush=True)
 
+    if model:
+        model = resolve_model(model)    # a bundled model's name, as predict takes it
     opts = Options(backend=backend, budget_s=budget, model=model, out=out, cache_dir=cache_dir,
                    corpus=corpus, generate=generate, samples=samples, compile_jobs=compile_jobs,
                    measure_share=measure_share, holdout=holdout,
