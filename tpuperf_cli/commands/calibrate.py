@@ -169,7 +169,7 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
 
     \b
     Examples:
-      tpuperf calibrate                       # 10 minutes, the bundled seeds
+      tpuperf calibrate                       # 10 minutes, from the bundled seeds (or this CPU's model)
       tpuperf calibrate --budget 3m -o mine.pt   # (--out also works)
       tpuperf calibrate --backend gpu --budget 20m
       featurize < k.msgpack | predict | score    # now uses this machine's model
