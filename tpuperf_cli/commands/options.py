@@ -73,7 +73,8 @@ def model_option(help="Model file from `tpuperf train`; `default` is the bundled
                  required=False, default_is_none=True, **kwargs):
     """-m/--model FILE. default_is_none: `default` gives None, as no
     --model does: the tool loads the default model (calibrated for the
-    records' target, else the bundled one); else `default` is the bundled
+    records' target, else the one bundled for it, else the bundled one;
+    model.calibrated.default_choice); else `default` is the bundled
     model's path (a tool for which no --model means something else)."""
     def resolve(ctx, param, value):
         if default_is_none and value == "default" and not os.path.exists(value):
