@@ -341,7 +341,8 @@ _MODELS: dict[str, Any] = {}
 
 def load_model(model: ModelLike = None, platform: str | None = None) -> "Model":
     """A loaded model (cached by path): None is the default model (the
-    model `tpuperf calibrate` wrote for this machine, else the bundled one;
+    model `tpuperf calibrate` wrote for this machine, else the one bundled
+    for this machine's CPU, else the bundled one;
     for a program compiled for an accelerator `platform`, "gpu" or "tpu",
     the newest model calibrated for that platform, else the bundled one of
     that platform, when there is one)."""
