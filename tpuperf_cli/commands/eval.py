@@ -60,8 +60,8 @@ def _unique(labels):
 @click.option("--model", "-m", "models", multiple=True, metavar="[LABEL=]PATH",
               help="Model file from `tpuperf train`; repeat for a side-by-side table. The "
                    "column label is LABEL, else the file name. `default`: the model `tpuperf "
-                   "calibrate` wrote for the records' target, else the bundled model (named "
-                   "on stderr); `bundled`: the bundled model.")
+                   "calibrate` wrote for the records' target, else the model bundled for it, "
+                   "else the bundled model (named on stderr); `bundled`: the bundled model.")
 @click.option("--no-known", is_flag=True,
               help="Run each --model's network on every kernel, also those whose runtime the "
                    "model file knows (measured in its training data, or timed by calibrate), "
