@@ -236,19 +236,14 @@ def default_base(backend: str | None = "cpu") -> tuple[str, str]:
     model's seeds 0 to 2 joined (each fit starts from its own seed: adapt),
     else the bundled CPU model."""
     from tpuperf_cli.model import DEFAULT_SEEDS_MODEL, default_model_path
-    from tpuperf_cli.model.calibrated import bundled_dir, bundled_of_platform, find_calibrated, machine_target
+    from tpuperf_cli.model.calibrated import bundled_for, bundled_of_platform, this_machine
 
     near = bundled_of_platform(backend)
     if near:
         return near[0], f"the bundled {backend} model"
-    if backend in (None, "cpu"):
-        try:
-            here = machine_target()
-        except Exception:   # pragma: no cover - an odd /proc; the seeds still work
-            here = None
-        mine = find_calibrated(here, bundled_dir()) if here else None
-        if mine:
-            return mine, "the model bundled for this machine"
+    mine = bundled_for(this_machine()) if backend in (None, "cpu") else None
+    if mine:
+        return mine, "the model bundled for this machine"
     seeds = default_model_path(DEFAULT_SEEDS_MODEL)
     if os.path.exists(seeds):
         return seeds, "the bundled model's seeds 0 to 2"

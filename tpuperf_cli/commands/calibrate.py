@@ -1,11 +1,12 @@
 """`tpuperf calibrate`: a model for this machine from a few minutes of measurements."""
 
+import os
 import re
 import sys
 
 import click
 
-from tpuperf_cli.commands.options import CONTEXT, AliasOption, quiet_option, resolve_model
+from tpuperf_cli.commands.options import CONTEXT, AliasOption, model_option, quiet_option
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "": 1.0}
 
@@ -29,7 +30,7 @@ def parse_budget(ctx, param, text):
               callback=parse_budget,
               help="Wall clock for the whole run (10m, 90s, 1h; a bare number is seconds): "
                    "--measure-share of it for timing, the rest for adapting.")
-@click.option("--model", "-m", "model", metavar="FILE",
+@model_option(default_is_none=False,
               help="Base model to adapt, a file or a bundled model's name (as predict --model "
                    "takes them: cpu-amd-epyc-26-2...) [default: the bundled model of the "
                    "backend's platform: gpu-nvidia-h200 with --backend gpu; on a CPU the model "
@@ -190,8 +191,6 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
         if not quiet:
             print(msg, file=sys.stderr, flush=True)
 
-    if model:
-        model = resolve_model(model)    # a bundled model's name, as predict takes it
     opts = Options(backend=backend, budget_s=budget, model=model, out=out, cache_dir=cache_dir,
                    corpus=corpus, generate=generate, samples=samples, compile_jobs=compile_jobs,
                    measure_share=measure_share, holdout=holdout,
@@ -223,6 +222,7 @@ def cli(backend, budget, model, out, cache_dir, corpus, generate, samples, compi
 
         bundled = bundled_for(result["target"])
         if bundled:     # trained on this machine's timings of the whole corpus
+            bundled = os.path.basename(bundled)[:-3]
             log(f"calibrate: tpuperf bundles a model of this machine, {bundled}, which the "
                 f"calibrated one now replaces by default; `--model {bundled}` names it, and "
                 f"`tpuperf eval` on kernels measured here compares the two")

@@ -126,11 +126,18 @@ def bundled_model(name: str) -> str | None:
     return path if os.path.isfile(path) else None
 
 
+def this_machine() -> dict | None:
+    """machine_target(), or None where this machine cannot be described."""
+    try:
+        return machine_target()
+    except Exception:       # pragma: no cover - an odd /proc; the bundled models still work
+        return None
+
+
 def bundled_for(target: dict | None) -> str | None:
-    """The name of the model bundled for exactly this target (by
-    records.target_identity; e.g. cpu-amd-epyc-26-2), or None."""
-    path = find_calibrated(target, bundled_dir())
-    return os.path.basename(path)[:-3] if path else None
+    """The path of the model bundled for exactly this target (by
+    records.target_identity; e.g. cpu-amd-epyc-26-2.pt), or None."""
+    return find_calibrated(target, bundled_dir())
 
 
 def _bundled_for_platform(platform) -> tuple[str, dict] | None:
@@ -179,7 +186,7 @@ def default_choice(records_target: dict | None = None) -> tuple[str, str]:
         path = find_calibrated(records_target)
         if path:
             return path, "calibrated for the records' target"
-        path = find_calibrated(records_target, bundled_dir())
+        path = bundled_for(records_target)
         if path:
             return path, "bundled for the records' target"
         near = bundled_of_platform(records_target.get("platform"))
@@ -191,14 +198,11 @@ def default_choice(records_target: dict | None = None) -> tuple[str, str]:
         # no model of any CPU but default.pt: describing this machine (and
         # importing the measure package for it) would only cost start-up
         return default_model_path(), "the bundled model; no calibrated model for this machine"
-    try:
-        here = machine_target()
-    except Exception:       # pragma: no cover - an odd /proc; the bundled model still works
-        here = None
-    path = find_calibrated(here) if here and calibrated else None
+    here = this_machine()
+    path = find_calibrated(here) if calibrated else None
     if path:
         return path, "calibrated for this machine"
-    path = find_calibrated(here, bundled_dir()) if here else None
+    path = bundled_for(here)
     if path:
         return path, "bundled for this machine"
     return default_model_path(), "the bundled model; no calibrated model for this machine"
