@@ -38,6 +38,10 @@ or its naive loop nest: 3-D, window-reversed or grouped), each group with its
 kernels, median APE of model and baseline, the median noise of its labels,
 and its share of the test programs' summed absolute error of the
 whole-program estimate (prediction x count against runtime x count).
+For a model of several members (seeds joined, a network joined with
+trees) it adds how far off the kernels >= --min-us are by the members'
+spread (predict's pred_spread): whether the spread tells which estimates
+to trust.
 """
 
 import argparse
@@ -170,7 +174,7 @@ def main():
         model.known = None
     from tpuperf_cli.model.examples import example
 
-    pred = model.predict_examples([example(r, i) for i, r in enumerate(test, 1)])
+    pred, spread = model.predict_examples([example(r, i) for i, r in enumerate(test, 1)], with_spread=True)
     t_model = time.time() - t
     table = model.known or {}
     known = sum(r["runtime_ns"] >= min_ns and r.get("fingerprint") in table for r in test)
@@ -249,6 +253,8 @@ def main():
               f"{ape[big & is_known].mean():.1f}%, the rest {ape[big & ~is_known].mean():.1f}%)")
     if args.breakdown:
         breakdown(test, pred, bpred)
+        if spread is not None:
+            spread_table(test, pred, spread, min_ns)
 
 
 SIZE_BANDS = ((0, 5e3, "< 5 us"), (5e3, 50e3, "5-50 us"), (50e3, 500e3, "50-500 us"),
@@ -306,6 +312,34 @@ def breakdown(records, pred, bpred):
     table("what a kLoop fusion holds", loops, list(FUSION_HOLDS) + ["none of these"])
     shapes = matmul_shapes(records)
     table("the shape of its dot or convolution", shapes, list(MATMUL_SHAPES))
+
+
+# bands of predict's pred_spread (the members' standard deviation of log
+# runtime): 0.05 is members about 5% apart
+SPREAD_BANDS = ((0.0, 0.05), (0.05, 0.1), (0.1, 0.2), (0.2, 0.4), (0.4, float("inf")))
+
+
+def spread_table(records, pred, spread, min_ns):
+    """How far off the kernels >= min_ns are, by the members' spread: the
+    kernels of each band, their median and mean APE (what MAPE averages),
+    how many are more than 1.5x off, and their part of the kernels' summed
+    APE. Kernels given a known runtime (spread 0, a measurement) are left
+    out."""
+    true = np.asarray([r["runtime_ns"] for r in records], dtype=np.float64)
+    ape = 100 * np.abs(pred / true - 1)
+    off = np.maximum(pred / true, true / pred) > 1.5
+    keep = (true >= min_ns) & (spread > 0)
+    total = ape[keep].sum()
+    print(f"\nby the members' spread (pred_spread), kernels >= {min_ns / 1000:g} us not known:")
+    print(f"  {'':22s} {'kernels':>7s} {'median APE':>10s} {'mean APE':>9s} {'>1.5x off':>9s} "
+          f"{'share of APE':>12s}")
+    for lo, hi in SPREAD_BANDS:
+        idx = keep & (spread >= lo) & (spread < hi)
+        if not idx.any():
+            continue
+        name = f"{lo:g} to {hi:g}" if np.isfinite(hi) else f">= {lo:g}"
+        print(f"  {name:22s} {idx.sum():7d} {np.median(ape[idx]):9.1f}% {ape[idx].mean():8.1f}% "
+              f"{100 * off[idx].mean():8.1f}% {100 * ape[idx].sum() / total:11.1f}%")
 
 
 # what a fusion may hold that changes how XLA:CPU emits its loop: a reduce

@@ -35,13 +35,17 @@ asks for 0.67x its MAPE.
 
 --join A+B adds a candidate "A+B" whose prediction is the geometric mean
 of candidates A's and B's, fold by fold (as `tpuperf ensemble` joins
-networks): e.g. --lightgbm --join recipe+lightgbm.
+networks; A+B+C... joins each named): e.g. --lightgbm --join
+recipe+lightgbm. Its spread (for --breakdown) is the named candidates'
+standard deviation of log runtime, as an ensemble's members'.
 
 --breakdown NAME adds bench_accuracy.py's --breakdown for candidate NAME
 over every fold's validation kernels pooled (every size): where its error
 lies by size, kind, family, what a kLoop fusion holds and the shape of
 its matrix multiply, beside the roofline baseline fitted on each fold's
-training programs. Repeat it for several candidates.
+training programs, and for a candidate whose models have several members
+(`tpuperf ensemble`) how far off its kernels are by the members' spread.
+Repeat it for several candidates.
 """
 
 import argparse
@@ -125,7 +129,7 @@ def main():
                          "takes them (default 16, the recipe's first 16)")
     ap.add_argument("--join", action="append", default=[], metavar="A+B",
                     help="also the geometric mean of candidates A's and B's predictions "
-                         "(repeatable; lightgbm names --lightgbm's trees)")
+                         "(A+B+C...: of each named; repeatable; lightgbm names --lightgbm's trees)")
     ap.add_argument("--breakdown", action="append", default=[], metavar="NAME",
                     help="also where candidate NAME's error lies, over the folds' validation "
                          "kernels pooled (bench_accuracy.py --breakdown; repeatable)")
@@ -142,9 +146,9 @@ def main():
     names = [name for name, _ in candidates] + ["lightgbm"] * args.lightgbm
     joins = [(join, join.split("+")) for join in args.join]
     for join, parts in joins:
-        if len(parts) != 2 or not all(p in names for p in parts):
-            sys.exit(f"compare_folds: --join {join!r}: needs A+B, two of the candidates "
-                     f"({', '.join(names)})")
+        if len(parts) < 2 or len(set(parts)) < len(parts) or not all(p in names for p in parts):
+            sys.exit(f"compare_folds: --join {join!r}: needs A+B (or A+B+C...), two or more "
+                     f"of the candidates ({', '.join(names)})")
     if args.breakdown and args.json:
         sys.exit("compare_folds: --breakdown prints tables; leave out --json")
     every = names + [join for join, _ in joins]
@@ -174,18 +178,23 @@ def main():
         print(f"compare_folds: {name}: fold {i}: {model}", file=sys.stderr)
         m = load_model(model)
         m.known = None      # the network's estimates: a recipe is chosen by what it learnt
-        return np.asarray(m.predict_examples(examples[i]), dtype=np.float64)
+        pred, spread = m.predict_examples(examples[i], with_spread=True)
+        spreads.setdefault(name, []).append(spread)
+        return np.asarray(pred, dtype=np.float64)
+
+    spreads = {}            # a candidate's members' spreads, fold by fold (None: one member)
 
     if args.lightgbm:
         candidates.append(("lightgbm", [None] * len(folds)))
     preds = {name: [predictions(name, i, model) for i, model in enumerate(models)]
              for name, models in candidates}
     for join, parts in joins:
-        preds[join] = [np.exp((np.log(a) + np.log(b)) / 2)
-                       for a, b in zip(preds[parts[0]], preds[parts[1]])]
+        logs = [np.log(np.stack(fold)) for fold in zip(*(preds[p] for p in parts))]
+        preds[join] = [np.exp(fold.mean(0)) for fold in logs]
+        spreads[join] = [fold.std(0, ddof=1) for fold in logs]     # as an ensemble's members'
         # the models each fold joins (lightgbm's trees are fitted here: no file)
         files = [[m or name for m in dict(candidates)[name]] for name in parts]
-        candidates.append((join, [f"{a} + {b}" for a, b in zip(*files)]))
+        candidates.append((join, [" + ".join(fold) for fold in zip(*files)]))
     out = {}
     for name, models in candidates:
         rows, per_fold = [], []
@@ -247,8 +256,11 @@ def main():
     for name in args.breakdown:
         print(f"\nwhere {name}'s error is, over the {len(folds)} folds' "
               f"{sum(map(len, valid))} validation kernels (every size):")
-        bench_accuracy.breakdown([r for records in valid for r in records],
-                                 np.concatenate(preds[name]), np.concatenate(baselines))
+        pooled = [r for records in valid for r in records]
+        bench_accuracy.breakdown(pooled, np.concatenate(preds[name]), np.concatenate(baselines))
+        if spreads.get(name) and all(s is not None for s in spreads[name]):
+            bench_accuracy.spread_table(pooled, np.concatenate(preds[name]), np.concatenate(spreads[name]),
+                                        min_ns)
 
 
 if __name__ == "__main__":

@@ -63,8 +63,11 @@ def test_estimate_hlo_matches_the_tools():
     assert same.program == "x" and same.total_ns == pytest.approx(est.total_ns, rel=1e-12)
     frame = est.to_pandas()
     assert list(frame.columns) == ["name", "opcode", "fusion_kind", "count", "count_known",
-                                   "pred_ns", "total_ns", "share", "fingerprint"]
+                                   "pred_ns", "total_ns", "share", "fingerprint", "spread"]
     assert len(frame) == len(est.kernels)
+    assert all(k.spread is None for k in est.kernels)      # one network: no members to part
+    seeds = tp.estimate_hlo(EXAMPLE, model="default-seeds")
+    assert all(k.spread is not None and k.spread >= 0 for k in seeds.kernels)
     assert frame["total_ns"].sum() == pytest.approx(est.total_ns)
     text = str(est)
     assert "mlp_s_train" in text and est.kernels[0].name in text

@@ -120,3 +120,52 @@ def test_calibrate_fits_every_members_head():
     ens = EnsembleNet(nets)
     got = {id(p) for p in head_params(ens)}
     assert got == {id(p) for n in nets for p in head_params(n)} and len(got) > 0
+
+
+def test_an_ensemble_gives_its_members_spread_and_one_network_none(trained, tmp_path):
+    """pred_spread: the members' standard deviation of log runtime, the same
+    from both engines, from predict_examples, from the records path and from
+    the packed bytes predict writes; a model of one member writes none (and
+    drops one an earlier model wrote), a known kernel's is 0."""
+    import io
+
+    from tpuperf_cli.model.predict import predict_packed, predict_records
+    from tpuperf_cli.stream import read_records
+
+    from conftest import stream_bytes
+
+    d, records, paths = trained
+    ens = tmp_path / "ens.pt"
+    save_atomic(combine_models([str(paths["s0"]), str(paths["s1"])]), ens)
+    ex = [example(r, i) for i, r in enumerate(records, 1)]
+    logs = np.log([load_model(str(paths[s]), engine="numpy").predict_examples(ex) for s in ("s0", "s1")])
+    want = np.abs(logs[0] - logs[1]) / np.sqrt(2)          # the sample deviation of two
+    assert want.max() > 0.01
+    for engine in ("numpy", "dgl"):
+        model = load_model(str(ens), engine=engine)
+        model.known = None
+        assert model.has_spread
+        pred, spread = model.predict_examples(ex, with_spread=True)
+        np.testing.assert_allclose(spread, want, rtol=1e-3, atol=1e-5)
+        np.testing.assert_array_equal(pred, model.predict_examples(ex))
+    model = load_model(str(ens))
+    model.known = None
+    out = list(predict_records([dict(r) for r in records], model, batch_size=7))
+    np.testing.assert_allclose([r["pred_spread"] for r in out], want, rtol=1e-3, atol=1e-5)
+    packed = b"".join(b for b, _ in predict_packed(
+        ((r, raw) for r, raw in read_records(io.BytesIO(stream_bytes(records)), with_bytes=True)),
+        model, batch_size=7))
+    assert packed == stream_bytes(out)
+    # known kernels: their measured runtime, spread 0
+    model.known = {r["fingerprint"]: 1000.0 for r in records[:3]}
+    pred, spread = model.predict_examples(ex[:5], with_spread=True)
+    assert list(pred[:3]) == [1000.0] * 3 and list(spread[:3]) == [0.0] * 3 and spread[3] > 0
+    # one network: no spread, and an earlier model's spread is dropped
+    single = load_model(str(paths["s0"]))
+    assert not single.has_spread
+    assert single.predict_examples(ex, with_spread=True)[1] is None
+    again = list(predict_records([dict(r) for r in out], single))
+    assert all("pred_spread" not in r for r in again)
+    repacked = b"".join(b for b, _ in predict_packed(
+        ((r, raw) for r, raw in read_records(io.BytesIO(stream_bytes(out)), with_bytes=True)), single))
+    assert repacked == stream_bytes(again)

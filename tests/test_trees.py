@@ -234,6 +234,10 @@ def test_ensemble_joins_networks_and_trees(net_model, trees_model, data, tmp_pat
             assert model.kind.startswith("sage/") and "+ gbdt, " in model.kind
             assert model.describe()["members"] == len(files)
             np.testing.assert_allclose(model.predict_examples(test), want, rtol=1e-4)
+            # the trees count in the members' spread as in the mean
+            members = np.log([net] * (len(files) - 1) + [trees])
+            spread = model.predict_examples(test, with_spread=True)[1]
+            np.testing.assert_allclose(spread, members.std(0, ddof=1), rtol=1e-3, atol=1e-5)
     recs = list(read_records(str(data / "synth4.zst")))
     res = subprocess.run([PY, "-m", "tpuperf_cli", "predict", "-m", str(joined)],
                          input=stream_bytes(recs), capture_output=True)

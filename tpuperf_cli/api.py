@@ -54,6 +54,7 @@ class KernelRow:
     total_ns: float         # pred_ns x count
     share: float            # total_ns / the program's total (0..1)
     fingerprint: str        # equal for identical kernels (hlo-split)
+    spread: float | None = None  # a model of several members: their spread of log runtime (pred_spread)
 
 
 @dataclass
@@ -246,8 +247,9 @@ def estimate(fn: Any, *args: Any, model: ModelLike = None, name: str | None = No
     .lower(...).compile(), e.g. with compiler_options) or a plain function
     (wrapped in jax.jit). Arguments may be arrays or jax.ShapeDtypeStruct.
     Compiling uses the backend jax picks for them; nothing of jax's
-    configuration is changed. model: a model file, a loaded model, or None
-    for the default one (load_model). name: the program's name (default: the
+    configuration is changed. model: a model file, a bundled model's name
+    (as predict --model takes it), a loaded model, or None for the default
+    one (load_model). name: the program's name (default: the
     function's).
     """
     compiled, default_name = _compiled(fn, args, kwargs)
@@ -345,15 +347,20 @@ def load_model(model: ModelLike = None, platform: str | None = None) -> "Model":
     for this machine's CPU, else the bundled one;
     for a program compiled for an accelerator `platform`, "gpu" or "tpu",
     the newest model calibrated for that platform, else the bundled one of
-    that platform, when there is one)."""
+    that platform, when there is one); a path, or a bundled model's name as
+    predict --model takes it (`bundled`, `default-seeds`...)."""
     if _is_model(model):
         return model
     from tpuperf_cli.measure.target import target_platform
-    from tpuperf_cli.model.calibrated import default_for_platform
+    from tpuperf_cli.model.calibrated import default_for_platform, resolve_model
     from tpuperf_cli.model.predict import load_model as _load
 
     key, why = (os.fspath(model) if model is not None else ""), None
-    if not key:
+    if key == "default" and not os.path.exists(key):
+        key = ""                        # as predict --model default: the default model
+    if key:
+        key = resolve_model(key)        # a bundled model's name, as the tools take it
+    else:
         chosen = default_for_platform(target_platform(platform))
         if chosen:
             key, why = chosen
@@ -384,7 +391,8 @@ def estimate_records(records: list[dict], program: str, model: ModelLike = None,
     rows = [KernelRow(r["kernel"], r["opcode"], r.get("fusion_kind"), int(r["count"]),
                       bool(r["count_known"]), float(r["pred_ns"]),
                       float(r["pred_ns"] * r["count"]),
-                      (r["pred_ns"] * r["count"] / total) if total else 0.0, r["fingerprint"])
+                      (r["pred_ns"] * r["count"] / total) if total else 0.0, r["fingerprint"],
+                      r.get("pred_spread"))
             for r in predicted]
     rows.sort(key=lambda k: (-k.total_ns, k.name))
     est = Estimate(program, float(total), rows, m.name,

@@ -84,7 +84,11 @@ TARGET_KEYS = ("platform", "device_kind", "chip", "cpu", "caches", "cpu_count", 
 # predict
 PRED_NS = "pred_ns"              # the predicted runtime, ns (tile models: a ranking score)
 MODEL = "model"                  # the predicting model's name
-PREDICT_FIELDS = (PRED_NS, MODEL)
+# how far apart the members of a model of several (seeds joined, a network
+# joined with trees) put the runtime: the standard deviation of their
+# natural-log predictions; 0 for a kernel given its known runtime
+PRED_SPREAD = "pred_spread"
+PREDICT_FIELDS = (PRED_NS, MODEL, PRED_SPREAD)
 
 # tpuperf baseline apply: the roofline baseline's prediction
 BASELINE_NS = "baseline_ns"      # predicted runtime, ns

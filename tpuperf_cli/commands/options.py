@@ -54,19 +54,11 @@ def format_option(choices, default, help="Output format."):
 
 
 def resolve_model(path):
-    """A --model value as a path: `default` and `bundled` are the bundled
-    model, and the name of another bundled model (gpu-nvidia-h200,
-    cpu-amd-epyc-26-2) is that model (unless a file of that name is in the
-    working directory)."""
-    if path in ("default", "bundled") and not os.path.exists(path):
-        from tpuperf_cli.model import default_model_path
+    """A --model value as a path (model.calibrated.resolve_model: `default`,
+    `bundled` and the other bundled models' names)."""
+    from tpuperf_cli.model.calibrated import resolve_model as resolve
 
-        return default_model_path()
-    if not os.path.exists(path):
-        from tpuperf_cli.model.calibrated import bundled_model
-
-        return bundled_model(path) or path
-    return path
+    return resolve(path)
 
 
 def model_option(help="Model file from `tpuperf train`; `default` is the bundled model.",

@@ -21,7 +21,8 @@ from tpuperf_cli.commands.options import (
 @click.command("predict", context_settings=CONTEXT)
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
 @model_option(help="Model file from `tpuperf train`, or a bundled model's name (`bundled`: the "
-                   "CPU model; gpu-nvidia-h200: the NVIDIA H200's; cpu-amd-epyc-26-2: an AMD EPYC "
+                   "CPU model; default-seeds: its recipe's three seeds joined, which adds "
+                   "pred_spread; gpu-nvidia-h200: the NVIDIA H200's; cpu-amd-epyc-26-2: an AMD EPYC "
                    "family 26 model 2's). Default (or `default`): the "
                    "model `tpuperf calibrate` wrote for the records' target (this machine's, for "
                    "records not measured), else the model bundled for that target, else the "
@@ -54,13 +55,23 @@ def cli(files, model, batch_size, output, device, threads, engine, no_known, sho
 
     Reads graph records (from featurize) from the files given (plain or
     zstd; stdin when none or `-`) and writes each one back unchanged but
-    for two added fields:
+    for two added fields, three for a model of several members:
 
     \b
-      pred_ns   predicted runtime of one run of the kernel, in nanoseconds
-                (a tile-task model gives a score on the same scale that
-                orders a kernel's configurations: lower = faster)
-      model     the model's name (file stem and a hash of its weights)
+      pred_ns      predicted runtime of one run of the kernel, in
+                   nanoseconds (a tile-task model gives a score on the
+                   same scale that orders a kernel's configurations:
+                   lower = faster)
+      model        the model's name (file stem and a hash of its weights)
+      pred_spread  only from a model of several members (seeds joined by
+                   `tpuperf ensemble`, such as --model default-seeds, or
+                   networks joined with trees): the standard deviation of
+                   the members' natural-log runtimes, how far apart they
+                   put the kernel (0.1: about 10%); 0 for a kernel given
+                   its known runtime. The further apart, the further off
+                   the estimate tends to be: on families held out of
+                   training, kernels under 0.05 were 6% off at the median,
+                   those over 0.4 54% (README, "Which estimates to trust")
 
     Without --model, predict uses the model `tpuperf calibrate` wrote for
     the records' target (the target of the first record; for records not

@@ -126,6 +126,20 @@ def bundled_model(name: str) -> str | None:
     return path if os.path.isfile(path) else None
 
 
+def resolve_model(path: str) -> str:
+    """A model named by the user as a path: `default` and `bundled` are the
+    bundled model, and the name of another bundled model (default-seeds,
+    gpu-nvidia-h200, cpu-amd-epyc-26-2) is that model (unless a file of that
+    name is in the working directory)."""
+    if os.path.exists(path):
+        return path
+    if path in ("default", "bundled"):
+        from tpuperf_cli.model import default_model_path
+
+        return default_model_path()
+    return bundled_model(path) or path
+
+
 def this_machine() -> dict | None:
     """machine_target(), or None where this machine cannot be described."""
     try:

@@ -455,7 +455,11 @@ class NumpyEnsemble:
         return self
 
     def __call__(self, b: Batch) -> np.ndarray:
-        return np.mean([m(b) for m in self.members], axis=0)
+        return self.outputs(b).mean(0)
+
+    def outputs(self, b: Batch) -> np.ndarray:
+        """Each member's outputs, (members, graphs)."""
+        return np.stack([m(b) for m in self.members])
 
 
 def numpy_net(d: dict) -> NumpyNet | NumpyEnsemble:

@@ -91,9 +91,11 @@ def table_of(fps: np.ndarray, ns: np.ndarray) -> dict[str, float]:
     return {hexes[32 * i:32 * i + 32]: float(v) for i, v in enumerate(ns.tolist())}
 
 
-def lookup(table: dict[str, float] | None, fingerprints: Iterable[object], preds: np.ndarray) -> int:
+def lookup(table: dict[str, float] | None, fingerprints: Iterable[object], preds: np.ndarray,
+           spreads: np.ndarray | None = None) -> int:
     """Replace preds[i] by the known runtime of fingerprints[i] where the
-    table has it; returns how many were replaced."""
+    table has it (and spreads[i], if given, by 0: a measurement, not the
+    members' estimates); returns how many were replaced."""
     if not table:
         return 0
     hits = 0
@@ -101,5 +103,7 @@ def lookup(table: dict[str, float] | None, fingerprints: Iterable[object], preds
         v = table.get(fp) if type(fp) is str else None
         if v is not None:
             preds[i] = v
+            if spreads is not None:
+                spreads[i] = 0.0
             hits += 1
     return hits

@@ -221,7 +221,11 @@ class EnsembleNet(nn.Module):
         self.cfg = members[0].cfg
 
     def forward(self, batch):
-        return torch.stack([m(batch) for m in self.members]).mean(0)
+        return self.outputs(batch).mean(0)
+
+    def outputs(self, batch):
+        """Each member's outputs, (members, B)."""
+        return torch.stack([m(batch) for m in self.members])
 
 
 def to_device(b: "Batch", device: str = "cpu") -> dict:

@@ -82,6 +82,7 @@ from tpuperf_cli.records import (
     MODEL,
     NODE_FEATURES,
     PRED_NS,
+    PRED_SPREAD,
     TARGET,
     TARGET_KEYS,
     Record,
@@ -116,7 +117,7 @@ class Model:
         self.engine = getattr(net, "engine", "dgl")     # "numpy": infer.NumpyNet, no torch
         self.chosen = None         # why load_model chose this file as the default, if it did
         self.trees: TreeNet | None = None   # trees joined with the network(s): set_trees
-        self._memo = {}            # graph inputs (bytes) -> predicted ns, see predict_parts
+        self._memo = {}            # graph inputs (bytes) -> (predicted ns, spread), see predict_parts
         self._memo_bytes = 0
         # measured runtimes of kernels by fingerprint (model.known): the
         # file's arrays, checked now, made a table when first looked up; a
@@ -167,32 +168,61 @@ class Model:
         """How many networks predict (an ensemble's members; 0 for trees alone)."""
         return 0 if self.is_trees else len(getattr(self.net, "members", ())) or 1
 
+    @property
+    def has_spread(self) -> bool:
+        """Whether predictions come with a spread: a runtime model of two
+        members or more (networks, and trees joined with them)."""
+        return self.task == "fusion" and self.networks + (self.trees is not None) >= 2
+
     def forward(self, batch: Batch) -> np.ndarray:
         """Predicted ns per graph of a data.Batch."""
+        return self.forward_spread(batch)[0]
+
+    def forward_spread(self, batch: Batch) -> tuple[np.ndarray, np.ndarray | None]:
+        """(predicted ns, spread) per graph of a data.Batch. The spread is
+        the members' standard deviation of natural-log runtime (how far
+        apart seeds, or a network and its trees, put the kernel: a sign of
+        how far the estimate may be off), None for a model of one member."""
+        spread = self.has_spread
         if self.engine == "numpy":
-            y = self.net(batch)
+            outs = self.net.outputs(batch) if spread and self.networks > 1 else None
+            y = outs.mean(0) if outs is not None else self.net(batch)
         else:
             import torch
 
             from tpuperf_cli.model.net import to_device
 
             with torch.no_grad():
-                y = self.net(to_device(batch, self.device)).cpu().numpy()
+                b = to_device(batch, self.device)
+                if spread and self.networks > 1:
+                    members = self.net.outputs(b)
+                    outs, y = members.cpu().numpy(), members.mean(0).cpu().numpy()
+                else:
+                    outs, y = None, self.net(b).cpu().numpy()
+        if outs is None and spread:
+            outs = np.asarray(y)[None]
         if self.trees is not None:
             n = self.networks
-            y = (np.asarray(y, np.float64) * n + self.trees(batch)) / (n + 1)
-        return self.scaler.runtime(y)
+            t = self.trees(batch)
+            y = (np.asarray(y, np.float64) * n + t) / (n + 1)
+            if spread:
+                outs = np.concatenate([np.asarray(outs, np.float64), np.asarray(t, np.float64)[None]])
+        if not spread:
+            return self.scaler.runtime(y), None
+        return self.scaler.runtime(y), np.asarray(outs, np.float64).std(0, ddof=1) * self.scaler.std
 
-    def predict_parts(self, parts: Sequence[tuple]) -> tuple[np.ndarray, int | None]:
-        """(predicted ns, bad) for graphs given as parts.record_parts, in
-        order; bad is the index of the first graph whose edges point outside
-        it or whose node features are not finite (predictions stop before
-        it), else None. A graph seen before (the same bytes: kernels repeat
-        within a program) is computed once."""
+    def predict_parts(self, parts: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray | None, int | None]:
+        """(predicted ns, spreads, bad) for graphs given as
+        parts.record_parts, in order; spreads is None for a model of one
+        member (forward_spread); bad is the index of the first graph whose
+        edges point outside it or whose node features are not finite
+        (predictions stop before it), else None. A graph seen before (the
+        same bytes: kernels repeat within a program) is computed once."""
         from tpuperf_cli.model.parts import Parts, parts_batch
 
         memo = self._memo
         preds = np.empty(len(parts), np.float64)
+        spreads = np.empty(len(parts), np.float64) if self.has_spread else None
         todo = {}                  # inputs -> indices of parts, in order of first occurrence
         for i, p in enumerate(parts):
             key = p[2:]
@@ -200,37 +230,50 @@ class Model:
             if v is None:
                 todo.setdefault(key, []).append(i)
             else:
-                preds[i] = v
+                preds[i] = v[0]
+                if spreads is not None:
+                    spreads[i] = v[1]
         if not todo:
-            return preds, None
+            return preds, spreads, None
         first = [idx[0] for idx in todo.values()]
         joined = Parts([parts[i] for i in first], self.scaler.width - NODE_FEATURES)
         bad = joined.first_bad()
         if bad is not None:        # predict the graphs before it alone
             stop = first[bad]
-            return self.predict_parts(parts[:stop])[0], stop
-        y = self.forward(parts_batch(joined, self.scaler, self.lut, self.cfg.neighbors,
-                                     self.sequence, self.cfg.max_nodes,
-                                     full_x=self.engine != "numpy"))
+            before = self.predict_parts(parts[:stop])
+            return before[0], before[1], stop
+        y, spread = self.forward_spread(parts_batch(joined, self.scaler, self.lut, self.cfg.neighbors,
+                                                    self.sequence, self.cfg.max_nodes,
+                                                    full_x=self.engine != "numpy"))
         if self._memo_bytes > 64 << 20:
             memo.clear()
             self._memo_bytes = 0
-        for (key, idx), v in zip(todo.items(), y):
+        for j, ((key, idx), v) in enumerate(zip(todo.items(), y)):
             preds[idx] = v
-            memo[key] = v
+            s = None if spread is None else spread[j]
+            if s is not None:
+                spreads[idx] = s
+            memo[key] = (v, s)
             self._memo_bytes += len(key[1]) + 200
-        return preds, None
+        return preds, spreads, None
 
-    def predict_examples(self, examples: Sequence[Example], batch_size: int = 512) -> np.ndarray:
+    def predict_examples(self, examples: Sequence[Example], batch_size: int = 512, with_spread: bool = False
+                         ) -> np.ndarray | tuple[np.ndarray, np.ndarray | None]:
         """Predicted runtime in ns per example (tile models: a score that
-        orders configurations, lower = faster, on the same scale)."""
+        orders configurations, lower = faster, on the same scale); with
+        with_spread, (ns, spreads) where spreads is forward_spread's (None
+        for a model of one member)."""
         examples = self.check_examples(examples)
         out = np.empty(len(examples), np.float64)
+        spreads = np.empty(len(examples), np.float64) if with_spread and self.has_spread else None
         for start in range(0, len(examples), batch_size):
             chunk = examples[start:start + batch_size]
-            out[start:start + len(chunk)] = self.forward(self.batch(chunk))
-        self.known_hits += known_lib.lookup(self.known, (ex.fingerprint for ex in examples), out)
-        return out
+            y, s = self.forward_spread(self.batch(chunk))
+            out[start:start + len(chunk)] = y
+            if spreads is not None:
+                spreads[start:start + len(chunk)] = s
+        self.known_hits += known_lib.lookup(self.known, (ex.fingerprint for ex in examples), out, spreads)
+        return (out, spreads) if with_spread else out
 
     def fits(self, ex: Example, where: object, record: Record | None = None) -> str | None:
         """None if the example has the kernel features this model reads, else
@@ -760,7 +803,9 @@ def _target_differs(model_target, record_target):
 
 def predict_records(records: Iterable[Record], model: Model | str | None = None, batch_size: int = 512,
                     name: str = "input", warn: Callable[[str], None] | None = None) -> Iterator[Record]:
-    """Yield each record with pred_ns (float, ns) and model (the model's name).
+    """Yield each record with pred_ns (float, ns) and model (the model's
+    name), and pred_spread (records.PRED_SPREAD) where the model has
+    several members.
 
     model: a Model, a path, or None for the bundled model. Records are
     predicted batch_size at a time and come out in input order. When a
@@ -772,10 +817,15 @@ def predict_records(records: Iterable[Record], model: Model | str | None = None,
     """
     if not isinstance(model, Model):
         model = load_model(model)
-    for records_, _, preds in _predicted(((r, None) for r in records), model, batch_size, name, warn):
+    for records_, _, preds, spreads in _predicted(((r, None) for r in records), model, batch_size, name, warn):
         for record, p in zip(records_, preds.tolist()):
             record[PRED_NS] = p
             record[MODEL] = model.name
+        for i, record in enumerate(records_):     # a spread of an earlier model goes
+            if spreads is not None:
+                record[PRED_SPREAD] = float(spreads[i])
+            else:
+                record.pop(PRED_SPREAD, None)
         yield from records_
 
 
@@ -784,35 +834,45 @@ def predict_packed(items: Iterable[tuple[Record, bytes]], model: Model, batch_si
                    ) -> Iterator[tuple[bytes, int]]:
     """predict_records for (record, its msgpack bytes) pairs, as
     stream.read_records(with_bytes=True) yields them: yields (the msgpack
-    bytes of a batch of records with pred_ns and model added, how many
-    records). The fields are appended to each record's bytes rather than
-    the record packed again (the same bytes for a record packed as tools
-    pack them); a record that has either field already is packed again
-    with the field replaced in place."""
+    bytes of a batch of records with pred_ns and model added (and
+    pred_spread, for a model of several members), how many records). The
+    fields are appended to each record's bytes rather than the record
+    packed again (the same bytes for a record packed as tools pack them); a
+    record that has any of them already is packed again with the fields
+    replaced in place."""
     import msgpack
 
     packer = msgpack.Packer(use_bin_type=True)
     pred_key = packer.pack(PRED_NS) + b"\xcb"                   # then a float64, big-endian
     model_field = packer.pack(MODEL) + packer.pack(model.name)
-    heads = {}              # a record's map header -> (its length, the header with 2 more fields)
-    for records, raws, preds in _predicted(items, model, batch_size, name, warn):
+    spread_key = packer.pack(PRED_SPREAD) + b"\xcb"
+    added = 3 if model.has_spread else 2
+    heads = {}              # a record's map header -> (its length, the header with the fields added)
+    for records, raws, preds, spreads in _predicted(items, model, batch_size, name, warn):
         out = []
         big_endian = preds.astype(">f8").tobytes()
+        spread_bytes = spreads.astype(">f8").tobytes() if spreads is not None else b""
         for i, raw in enumerate(raws):
             record = records[i]
             head = heads.get(raw[:3])
             if head is None:
-                head = _map_header(raw)
+                head = _map_header(raw, added)
                 if head is not None and head[0] <= 3 and len(heads) < 4096:
                     heads[raw[:3]] = head       # raw[:3] holds the whole header
-            if head is None or PRED_NS in record or MODEL in record:
+            if head is None or PRED_NS in record or MODEL in record or PRED_SPREAD in record:
                 record[PRED_NS] = float(preds[i])
                 record[MODEL] = model.name
+                if spreads is not None:
+                    record[PRED_SPREAD] = float(spreads[i])
+                else:
+                    record.pop(PRED_SPREAD, None)
                 out.append(packer.pack(record))
                 continue
             out.append(head[1])
             out.append(memoryview(raw)[head[0]:])
             out.append(pred_key + big_endian[8 * i:8 * i + 8] + model_field)
+            if spreads is not None:
+                out.append(spread_key + spread_bytes[8 * i:8 * i + 8])
         yield b"".join(out), len(records)
 
 
@@ -825,23 +885,23 @@ def _map_start(size: int) -> bytes:
     return b"\xdf" + size.to_bytes(4, "big")
 
 
-def _map_header(raw: bytes) -> tuple[int, bytes] | None:
-    """(the header's length, the header of the same map with two more
+def _map_header(raw: bytes, added: int = 2) -> tuple[int, bytes] | None:
+    """(the header's length, the header of the same map with `added` more
     fields) for a msgpack map's bytes; None for anything else."""
     if not raw:
         return None
     b = raw[0]
     if 0x80 <= b <= 0x8f:
-        return 1, _map_start((b & 0x0f) + 2)
+        return 1, _map_start((b & 0x0f) + added)
     if b == 0xde:
-        return 3, _map_start(int.from_bytes(raw[1:3], "big") + 2)
+        return 3, _map_start(int.from_bytes(raw[1:3], "big") + added)
     if b == 0xdf:
-        return 5, _map_start(int.from_bytes(raw[1:5], "big") + 2)
+        return 5, _map_start(int.from_bytes(raw[1:5], "big") + added)
     return None
 
 
 def _predicted(items, model, batch_size, name, warn):
-    """(records, their bytes, predicted ns) a batch at a time for (record,
+    """(records, their bytes, predicted ns, spreads or None) a batch at a time for (record,
     bytes or None) items, in order; after the records before one that cannot
     be read, raises its StreamError."""
     from tpuperf_cli.model.parts import example_parts, record_parts
@@ -856,11 +916,12 @@ def _predicted(items, model, batch_size, name, warn):
     error = None
 
     def flush():
-        """(predicted ns, StreamError or None) of the pending records; the
-        predictions stop before a record that cannot be read."""
-        preds, bad = model.predict_parts(parts)
+        """(predicted ns, spreads or None, StreamError or None) of the
+        pending records; the predictions stop before a record that cannot be
+        read."""
+        preds, spreads, bad = model.predict_parts(parts)
         model.known_hits += known_lib.lookup(model.known, (r.get(FINGERPRINT) for r in pending[:len(preds)]),
-                                             preds)
+                                             preds, spreads)
         problem = None
         if bad is not None:
             record, number = pending[bad], numbers[bad]
@@ -869,7 +930,7 @@ def _predicted(items, model, batch_size, name, warn):
                 problem = StreamError(f"{locate(number, name, record)}: cannot read the graph")
             except StreamError as e:
                 problem = e
-        return preds, problem
+        return preds, spreads, problem
 
     for number, (record, raw) in enumerate(items, 1):
         part = record_parts(record, kf, columns) if type(record) is dict else None
@@ -897,16 +958,16 @@ def _predicted(items, model, batch_size, name, warn):
         parts.append(part)
         numbers.append(number)
         if len(pending) >= batch_size:
-            preds, error = flush()
+            preds, spreads, error = flush()
             k = len(preds)
-            yield pending[:k], raws[:k], preds
+            yield pending[:k], raws[:k], preds, spreads
             pending, raws, parts, numbers = [], [], [], []
             if error is not None:
                 break
     if pending:
-        preds, problem = flush()
+        preds, spreads, problem = flush()
         k = len(preds)
-        yield pending[:k], raws[:k], preds
+        yield pending[:k], raws[:k], preds, spreads
         error = problem or error
     if beyond is not None and trees.beyond > beyond:
         warn(f"predict: warning: {trees.beyond - beyond} distinct kernel(s) are larger (flops or "
