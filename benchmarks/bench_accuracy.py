@@ -254,7 +254,7 @@ def main():
     if args.breakdown:
         breakdown(test, pred, bpred)
         if spread is not None:
-            spread_table(test, pred, spread, min_ns)
+            spread_table(test, pred, spread, min_ns, table)
 
 
 SIZE_BANDS = ((0, 5e3, "< 5 us"), (5e3, 50e3, "5-50 us"), (50e3, 500e3, "50-500 us"),
@@ -319,16 +319,18 @@ def breakdown(records, pred, bpred):
 SPREAD_BANDS = ((0.0, 0.05), (0.05, 0.1), (0.1, 0.2), (0.2, 0.4), (0.4, float("inf")))
 
 
-def spread_table(records, pred, spread, min_ns):
+def spread_table(records, pred, spread, min_ns, known=None):
     """How far off the kernels >= min_ns are, by the members' spread: the
     kernels of each band, their median and mean APE (what MAPE averages),
     how many are more than 1.5x off, and their part of the kernels' summed
-    APE. Kernels given a known runtime (spread 0, a measurement) are left
-    out."""
+    APE. Kernels given a known runtime (a measurement: spread 0; `known`,
+    a fingerprint table) are left out."""
     true = np.asarray([r["runtime_ns"] for r in records], dtype=np.float64)
     ape = 100 * np.abs(pred / true - 1)
     off = np.maximum(pred / true, true / pred) > 1.5
-    keep = (true >= min_ns) & (spread > 0)
+    keep = true >= min_ns
+    if known:
+        keep &= np.array([r.get("fingerprint") not in known for r in records])
     total = ape[keep].sum()
     print(f"\nby the members' spread (pred_spread), kernels >= {min_ns / 1000:g} us not known:")
     print(f"  {'':22s} {'kernels':>7s} {'median APE':>10s} {'mean APE':>9s} {'>1.5x off':>9s} "

@@ -246,7 +246,7 @@ def test_kernel_feature_names():
                                "indexed_slices", "touched_bytes", "relayout_stride",
                                "relayout_stride_align", "reduce_bytes",
                                "reduce_kept_minor_bytes", "reduce_kept_minor_align",
-                               "minor_loop_unrolled", "matmul_rhs_row_align")
+                               "minor_loop_unrolled", "matmul_rhs_row_align", "needed_flops")
 
 
 def matmul(c):
@@ -390,6 +390,47 @@ def test_matmul_rhs_row_align_is_the_power_of_two_in_a_transposed_weights_row_st
     bf16 = dot_module("[8,16,512]{2,1,0}", "[8,256,512]{2,1,0}", "[8,16,256]{2,1,0}", 2, 2)
     assert cost(bf16.replace("f32", "bf16"))["matmul_rhs_row_align"] == 10
     assert cost(FUSION)["matmul_rhs_row_align"] == 0
+
+
+def test_needed_flops_counts_what_a_loop_fusion_computes_of_what_its_result_needs():
+    """A ViT's class-token sum: the fusion computes an expression over
+    f32[8,65,192] but sums only the slice of its first row, so it needs a
+    65th of the flops XLA's accounting charges; unsliced, every element is
+    needed and needed_flops is flops + transcendentals."""
+    def fused(slice_rows):
+        return f"""HloModule m
+%add (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}}
+%fused (p0: f32[8,65,192], p1: f32[8,65,192]) -> f32[192] {{
+  %p0 = f32[8,65,192]{{2,1,0}} parameter(0)
+  %p1 = f32[8,65,192]{{2,1,0}} parameter(1)
+  %m = f32[8,65,192]{{2,1,0}} multiply(%p0, %p1)
+  %e = f32[8,65,192]{{2,1,0}} exponential(%m)
+  %sl = f32[8,{slice_rows},192]{{2,1,0}} slice(%e), slice={{[0:8], [0:{slice_rows}], [0:192]}}
+  %z = f32[] constant(0)
+  ROOT %r = f32[192]{{0}} reduce(%sl, %z), dimensions={{0,1}}, to_apply=%add
+}}
+ENTRY %e (a: f32[8,65,192], b: f32[8,65,192]) -> f32[192] {{
+  %a = f32[8,65,192]{{2,1,0}} parameter(0)
+  %b = f32[8,65,192]{{2,1,0}} parameter(1)
+  ROOT %f = f32[192]{{0}} fusion(%a, %b), kind=kLoop, calls=%fused
+}}
+"""
+    whole, one = cost(fused(65)), cost(fused(1))
+    n = 8 * 65 * 192
+    # multiply (flops) and exponential (a transcendental) over every element, then the sum
+    assert whole["flops"] == n + (n - 192) and whole["transcendentals"] == n
+    assert whole["needed_flops"] == whole["flops"] + whole["transcendentals"]
+    # one row of 65: the same accounting, a 65th of the work
+    assert one["flops"] == n + (8 * 192 - 192) and one["transcendentals"] == n
+    assert one["needed_flops"] == 8 * 192 + 8 * 192 + (8 * 192 - 192)
+    # an unfused op: its flops
+    assert cost(FUSION)["needed_flops"] > 0
+    plain = cost(dot_module("[8,16]{1,0}", "[16,4]{1,0}", "[8,4]{1,0}", 1, 0))
+    assert plain["needed_flops"] == plain["flops"] == 1024
 
 
 def test_relayout_bytes_counts_operands_read_in_another_layout():

@@ -1003,6 +1003,11 @@ def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
     n = len(bench_accuracy.load(str(EX / "corpus" / "graphs"),
                                 ["mlp_s_train", "mlp_m_train", "vit_s_train"]))
     assert f"where a+b's error is, over the 2 folds' {n} validation kernels" in p.stdout
+    # a join's spread is its candidates': one model twice, every kernel in the first band
+    big = sum(r["runtime_ns"] >= 5000 for r in bench_accuracy.load(
+        str(EX / "corpus" / "graphs"), ["mlp_s_train", "mlp_m_train", "vit_s_train"]))
+    assert re.search(rf"^  0 to 0.05\s+{big}\s+[\d.]+%", p.stdout, re.M)
+    assert p.stdout.count("by the members' spread") == 1     # a+b's; a is one network
     # the tail of whole-program error: a and a+b are one model
     tails = dict(re.findall(r"^program error's tail: (\S+): (.*)$", p.stdout, re.M))
     assert tails["a"] == tails["a+b"]
@@ -1031,7 +1036,11 @@ def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
     assert p.returncode == 2 and "or --lightgbm" in p.stderr
     p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", "--join", "a+c"],
                        capture_output=True, text=True, timeout=120)
-    assert p.returncode == 1 and "--join 'a+c': needs A+B, two of the candidates (a)" in p.stderr
+    assert p.returncode == 1 and "--join 'a+c': needs A+B (or A+B+C...), two or more of the " \
+        "candidates (a)" in p.stderr
+    p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", "--join", "a+a"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "two or more of the candidates" in p.stderr
 
 
 def test_bench_calibrate_labels_a_kernel_timed_three_times_by_the_median():

@@ -117,11 +117,11 @@ def test_wrong_kernel_feat_is_a_one_line_error_after_the_good_records(trained, k
     err = res.stderr.decode()
     assert res.returncode == 1 and "Traceback" not in err, err
     assert err.count("\n") == 1 and err.startswith("predict: error: <stdin>: record 2 (synth0/fusion.1)")
-    assert f"expected 26 kernel features in kernel_feat, {got}" in err, err
+    assert f"expected 27 kernel features in kernel_feat, {got}" in err, err
     out = decode(res.stdout)
     assert [r["kernel"] for r in out] == ["fusion.0"] and out[0]["pred_ns"] > 0
     # the library: predict_examples (tpuperf eval) names the example too
-    with pytest.raises(StreamError, match="example 2 .synth0/fusion.1.: expected 26 kernel features"):
+    with pytest.raises(StreamError, match="example 2 .synth0/fusion.1.: expected 27 kernel features"):
         load_model(str(trained)).predict_examples([example(r) for r in recs])
 
 
@@ -389,19 +389,19 @@ def test_records_featurized_before_the_matmul_features_are_told_to_featurize_aga
 
     old = SimpleNamespace(kernel_feat=np.ones(5, np.float32), columns=None)
     msg = use_kernel_features(old, len(KERNEL_FEATURES), "in.zst: record 4")
-    assert msg.startswith("in.zst: record 4: expected 26 kernel features in kernel_feat, got 5")
+    assert msg.startswith("in.zst: record 4: expected 27 kernel features in kernel_feat, got 5")
     assert "matmul_batch, matmul_m, matmul_n, matmul_k, matmul_m_align, matmul_n_align, " \
         "matmul_k_align, matmul_lhs_k_minor, matmul_rhs_k_minor, relayout_bytes, output_minor_dim, " \
         "output_minor_align, indexed_slices, touched_bytes, relayout_stride, relayout_stride_align, " \
         "reduce_bytes, reduce_kept_minor_bytes, reduce_kept_minor_align, minor_loop_unrolled, " \
-        "matmul_rhs_row_align features: run featurize" in msg
+        "matmul_rhs_row_align, needed_flops features: run featurize" in msg
     # records of the matmul features, before the alignment ones
     msg = use_kernel_features(SimpleNamespace(kernel_feat=np.ones(9, np.float32), columns=None), 26, "r")
     assert "before the matmul_m_align, matmul_n_align, matmul_k_align, matmul_lhs_k_minor, " \
         "matmul_rhs_k_minor, relayout_bytes, output_minor_dim, output_minor_align, indexed_slices, " \
         "touched_bytes, relayout_stride, relayout_stride_align, reduce_bytes, " \
         "reduce_kept_minor_bytes, reduce_kept_minor_align, minor_loop_unrolled, matmul_rhs_row_align " \
-        "features" in msg
+        "features" in msg                     # what a model reading 26 needs, no more
     new = SimpleNamespace(kernel_feat=np.arange(15, dtype=np.float32), columns=None)
     assert use_kernel_features(new, 5, "x") is None and new.kernel_feat.tolist() == [0, 1, 2, 3, 4]
     new = SimpleNamespace(kernel_feat=np.arange(15, dtype=np.float32), columns=None)
@@ -410,13 +410,13 @@ def test_records_featurized_before_the_matmul_features_are_told_to_featurize_aga
 
 def test_a_model_reading_fewer_kernel_features_leaves_the_callers_examples_whole():
     """The bundled model reads 16 kernel features; the corpus's records carry
-    26. Predicting with it must not cut the caller's examples, which a model
-    reading all 26 predicts next (benchmarks compare such models on one list)."""
+    27. Predicting with it must not cut the caller's examples, which a model
+    reading all 27 predicts next (benchmarks compare such models on one list)."""
     from tpuperf_cli.records import KERNEL_FEATURES
 
     records = synthetic_records(n_programs=1, kernels=6, seed=3)
     examples = [example(r, i) for i, r in enumerate(records, 1)]
-    assert examples[0].kernel_feat.size == len(KERNEL_FEATURES) == 26
+    assert examples[0].kernel_feat.size == len(KERNEL_FEATURES) == 27
     model = load_model(None, engine="numpy")
     assert model.scaler.kernel_features == 16
     before = [ex.kernel_feat.copy() for ex in examples]

@@ -770,18 +770,18 @@ def test_records_with_another_number_of_kernel_features_are_clear_errors(shards,
     recs = synthetic_records(n_programs=1, kernels=4, seed=9)
     recs[2]["kernel_feat"] = np.zeros(3, np.float32)
     (bad,) = write_shards(tmp_path, recs)
-    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 26 kernel "
-                                          r"features in kernel_feat, got 3; the training data has 26"):
+    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 27 kernel "
+                                          r"features in kernel_feat, got 3; the training data has 27"):
         train([str(shards / "synth1.zst")], tmp_path / "m.pt", NetConfig(**TINY), fast_opts(epochs=1),
               valid=[bad], progress=quiet)
-    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 26 kernel "
+    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 27 kernel "
                                           r"features in kernel_feat, got 3; the records before it"):
         train([bad], tmp_path / "m.pt", NetConfig(**TINY), fast_opts(epochs=1), progress=quiet)
     # resumed on other data: checked against the stored scaling
     train([str(shards / "synth1.zst")], tmp_path / "k.pt", NetConfig(**TINY), fast_opts(epochs=1),
           keep_state=True, progress=quiet)
-    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 26 kernel "
-                                          r"features in kernel_feat, got 3; the training data has 26"):
+    with pytest.raises(StreamError, match=r"record 3 \(synth0/fusion.2\): expected 27 kernel "
+                                          r"features in kernel_feat, got 3; the training data has 27"):
         train([bad], tmp_path / "k.pt", opts=fast_opts(epochs=2), resume=True, given={"epochs"},
               progress=quiet)
 
@@ -1108,7 +1108,7 @@ def test_picked_columns_are_not_taken_for_a_record_of_fewer():
     assert pick_kernel_features(ex, 17, None) is None                      # not a first 17 now
     old = dict(rec, kernel_feat=np.arange(17, dtype=np.float32))
     msg = use_kernel_features(example(old), n, "record 3", old, columns=columns)
-    assert msg.startswith(f"record 3: expected {len(KERNEL_FEATURES)} kernel features in kernel_feat, "
+    assert msg.startswith(f"record 3: expected {ROW_ALIGN + 1} kernel features in kernel_feat, "
                           "got 17 (the model reads matmul_rhs_row_align)")
     assert "run featurize on them again" in msg
 
@@ -1186,7 +1186,7 @@ def test_a_model_reads_the_named_kernel_features_alone(tmp_path, memory_mb):
                                    base, rtol=1e-5)
         old = [dict(recs[0], kernel_feat=recs[0]["kernel_feat"][:6].copy())]
         with pytest.raises(StreamError, match=r"record 1 \(synth0/fusion.0\): expected "
-                                              f"{len(KERNEL_FEATURES)} kernel features .*got 6 "
+                                              f"{ROW_ALIGN + 1} kernel features .*got 6 "
                                               r"\(the model reads matmul_rhs_row_align\)"):
             list(predict_records(old, model, 4))
 

@@ -150,7 +150,11 @@ NODE_FEATURES = 140
 # rows a power of two of bytes apart share cache sets, and f32[16,512] by
 # the transpose of f32[256,512] ran at 0.12x the untransposed dot's speed
 # against 0.39x at other k (bench_dot_strides.py), which matmul_k_align,
-# capped at 128, does not say
+# capped at 128, does not say. needed_flops: the flops and transcendentals
+# a loop fusion computes of the elements its result needs (hlo/cost.py):
+# XLA's accounting charges every fused op at its full size, so a fusion
+# that sums one sliced row of a [8,65,192] expression (a ViT's class
+# token) counts 65 times the work it does
 KERNEL_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "output_bytes",
                    "matmul_batch", "matmul_m", "matmul_n", "matmul_k",
                    "matmul_m_align", "matmul_n_align", "matmul_k_align",
@@ -158,7 +162,7 @@ KERNEL_FEATURES = ("flops", "transcendentals", "bytes_read", "bytes_written", "o
                    "output_minor_dim", "output_minor_align", "indexed_slices",
                    "touched_bytes", "relayout_stride", "relayout_stride_align",
                    "reduce_bytes", "reduce_kept_minor_bytes", "reduce_kept_minor_align",
-                   "minor_loop_unrolled", "matmul_rhs_row_align")
+                   "minor_loop_unrolled", "matmul_rhs_row_align", "needed_flops")
 # what featurize wrote before the matmul_* features (2026-11-25)
 BASE_KERNEL_FEATURES = 5
 # The three bound lists of a tile configuration, in the order TpuGraphs lays

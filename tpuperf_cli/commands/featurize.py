@@ -45,7 +45,7 @@ def cli(inputs, output, skip_bad, quiet):
                                     point from user to operand); one row per
                                     distinct operand, and one from a caller
                                     to each called computation's root
-      kernel_feat  float32 (26)     flops, transcendentals, bytes_read,
+      kernel_feat  float32 (27)     flops, transcendentals, bytes_read,
                                     bytes_written, output_bytes,
                                     matmul_batch, matmul_m, matmul_n,
                                     matmul_k, matmul_m_align,
@@ -58,7 +58,7 @@ def cli(inputs, output, skip_bad, quiet):
                                     reduce_kept_minor_bytes,
                                     reduce_kept_minor_align,
                                     minor_loop_unrolled,
-                                    matmul_rhs_row_align
+                                    matmul_rhs_row_align, needed_flops
       config_feat  float32 (24)     tile config: kernel_bounds, output_bounds,
                                     input_bounds, each 6 entries + sum +
                                     product (zeros without a "config" field)

@@ -22,7 +22,7 @@ Graph fields (tpuperf_cli.records.GRAPH_FIELDS):
                                   (or v is the root of a computation u calls)
                                   (TpuGraphs convention); one row per
                                   distinct operand, rows ordered by u then v
-    kernel_feat  float32 (26,)    KERNEL_FEATURES, from tpuperf_cli.hlo.cost
+    kernel_feat  float32 (27,)    KERNEL_FEATURES, from tpuperf_cli.hlo.cost
     config_feat  float32 (24,)    the tile configuration (zeros without one)
 
 Nodes are the instructions of the kernel's computation in topological order:

@@ -739,11 +739,50 @@ def touched_bytes(module: Module, comp, an: "_Analysis | None" = None) -> int:
     bytes_read."""
     an = an or _Analysis(module)
     root = comp.root
-    if root is None or root.opcode != "fusion":
+    fused, need = _fusion_demand(module, root)
+    if fused is None:
         return _kernel_bytes(an, comp, root)[0] if root is not None else 0
+    total = _large_constant_bytes(fused)
+    for p in fused.parameters:
+        if p.shape.is_array and p.shape.num_elements():
+            total += p.shape.byte_size() * need.get(p.name, 0) / p.shape.num_elements()
+    return int(total)
+
+
+def needed_flops(module: Module, comp, an: "_Analysis | None" = None) -> int:
+    """Flops and transcendentals the kernel computes, following which
+    elements its output depends on as touched_bytes does: a loop fusion
+    computes an element of each op only where its result needs it, so a
+    fusion that computes a [8,65,192] expression and sums the slice of one
+    of its 65 rows costs a 65th of what XLA's accounting (flops +
+    transcendentals, every op at its full size) says. Each fused op costs
+    its flops and transcendentals times the fraction of its elements
+    needed. An unfused kernel: flops + transcendentals."""
+    an = an or _Analysis(module)
+    root = comp.root
+    if root is None:
+        return 0
+    fused, need = _fusion_demand(module, root)
+    if fused is None:
+        return sum(an.instruction(comp, root))
+    work = 0.0
+    for ins in fused.instructions:
+        f, t = an.instruction(fused, ins)
+        if f or t:
+            out = max(ins.shape.num_elements(), 1) if ins.shape.is_array else 1
+            work += (f + t) * min(need.get(ins.name, 0) / out, 1.0)
+    return int(round(work))
+
+
+def _fusion_demand(module: Module, root) -> tuple[Computation | None, dict[str, int]]:
+    """(the fused computation of a fusion root, {instruction: elements of
+    its output needed}) as touched_bytes describes the flow; (None, {}) for
+    a kernel that is no fusion."""
+    if root is None or root.opcode != "fusion":
+        return None, {}
     fused = module.computations.get(_called(root))
     if fused is None or fused.root is None:
-        return _kernel_bytes(an, comp, root)[0]
+        return None, {}
     need = {}          # instruction name -> elements of its output needed
 
     def demand(name, n):
@@ -777,11 +816,7 @@ def touched_bytes(module: Module, comp, an: "_Analysis | None" = None) -> int:
                 continue                     # updated in place: not read
             else:
                 demand(o, size)
-    total = _large_constant_bytes(fused)
-    for p in fused.parameters:
-        if p.shape.is_array and p.shape.num_elements():
-            total += p.shape.byte_size() * need.get(p.name, 0) / p.shape.num_elements()
-    return int(total)
+    return fused, need
 
 # ------------------------------------------------------------ public
 
@@ -803,7 +838,7 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     "output_minor_dim", "output_minor_align", "indexed_slices",
     "touched_bytes", "relayout_stride", "relayout_stride_align",
     "reduce_bytes", "reduce_kept_minor_bytes", "reduce_kept_minor_align",
-    "minor_loop_unrolled", "matmul_rhs_row_align"} (ints,
+    "minor_loop_unrolled", "matmul_rhs_row_align", "needed_flops"} (ints,
     floats for the halves of triangular-solve and cholesky). flops and
     transcendentals are summed over every instruction of the ENTRY
     computation (parameters cost nothing), as XLA's
@@ -821,7 +856,7 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
     minor_loop_unrolled() finds it, and matmul_rhs_row_align the
     alignment() up to MAX_STRIDE_ALIGN_LOG2 of the largest matmul's
     matmul_rhs_row_bytes (0 when its rhs is not contracted along its minor
-    dim).
+    dim), and needed_flops as needed_flops() counts them.
     Raises CostError for a module it cannot cost.
     """
     an = _Analysis(module)
@@ -856,7 +891,8 @@ def kernel_cost(module: Module) -> dict[str, int | float]:
                                       stride, alignment(stride, MAX_STRIDE_ALIGN_LOG2),
                                       reduced, kept, alignment(kept, MAX_STRIDE_ALIGN_LOG2),
                                       minor_loop_unrolled(module, comp, root),
-                                      alignment(matmul[6], MAX_STRIDE_ALIGN_LOG2))))
+                                      alignment(matmul[6], MAX_STRIDE_ALIGN_LOG2),
+                                      needed_flops(module, comp, an))))
 
 
 def computation_cost(module: Module, name: str) -> tuple[int | float, int | float]:

@@ -196,8 +196,8 @@ def kernel_features_error(ex: Example, expected: int, where: object, record: Rec
     what = "none (no kernel_feat field)" if record is not None and record.get(KERNEL_FEAT) is None \
         else str(got)
     hint = ""
-    if 0 < got < expected == len(KERNEL_FEATURES):
-        hint = (f" (records featurized before the {', '.join(KERNEL_FEATURES[got:])} "
+    if 0 < got < expected <= len(KERNEL_FEATURES):
+        hint = (f" (records featurized before the {', '.join(KERNEL_FEATURES[got:expected])} "
                 f"features: run featurize on them again)")
     return f"{where}: expected {expected} kernel features in kernel_feat, got {what}{why}{hint}"
 
