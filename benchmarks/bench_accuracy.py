@@ -312,6 +312,32 @@ def breakdown(records, pred, bpred):
     table("what a kLoop fusion holds", loops, list(FUSION_HOLDS) + ["none of these"])
     shapes = matmul_shapes(records)
     table("the shape of its dot or convolution", shapes, list(MATMUL_SHAPES))
+    needed = needed_shares(records)
+    if needed:
+        table("the flops it needs of XLA's count (needed_flops)", needed, [n for _, _, n in NEEDED_BANDS])
+
+
+# needed_flops against flops + transcendentals: a loop fusion that computes
+# only a slice of its ops' elements (a ViT's class token)
+NEEDED_BANDS = ((0.0, 0.1, "under a tenth"), (0.1, 0.5, "a tenth to a half"),
+                (0.5, 0.9, "a half to 0.9"), (0.9, float("inf"), "0.9 or more"))
+
+
+def needed_shares(records):
+    """Indices of the records grouped by NEEDED_BANDS ({} when the records
+    were featurized before needed_flops)."""
+    from tpuperf_cli.records import KERNEL_FEATURES
+
+    col = KERNEL_FEATURES.index("needed_flops")
+    ratios = []
+    for r in records:
+        kf = np.frombuffer(r["kernel_feat"]["data"], np.float32) if isinstance(r.get("kernel_feat"), dict) \
+            else np.asarray(r.get("kernel_feat", ()), np.float32)
+        if kf.size <= col:
+            return {}
+        ratios.append((kf[col] + 1) / (kf[0] + kf[1] + 1))
+    ratios = np.asarray(ratios)
+    return {name: np.flatnonzero((ratios >= lo) & (ratios < hi)) for lo, hi, name in NEEDED_BANDS}
 
 
 # bands of predict's pred_spread (the members' standard deviation of log
