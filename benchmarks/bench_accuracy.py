@@ -327,12 +327,12 @@ def needed_shares(records):
     """Indices of the records grouped by NEEDED_BANDS ({} when the records
     were featurized before needed_flops)."""
     from tpuperf_cli.records import KERNEL_FEATURES
+    from tpuperf_cli.stream import decode_array
 
     col = KERNEL_FEATURES.index("needed_flops")
     ratios = []
     for r in records:
-        kf = np.frombuffer(r["kernel_feat"]["data"], np.float32) if isinstance(r.get("kernel_feat"), dict) \
-            else np.asarray(r.get("kernel_feat", ()), np.float32)
+        kf = decode_array(r["kernel_feat"], "kernel_feat")
         if kf.size <= col:
             return {}
         ratios.append((kf[col] + 1) / (kf[0] + kf[1] + 1))

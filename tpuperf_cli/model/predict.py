@@ -818,15 +818,22 @@ def predict_records(records: Iterable[Record], model: Model | str | None = None,
     if not isinstance(model, Model):
         model = load_model(model)
     for records_, _, preds, spreads in _predicted(((r, None) for r in records), model, batch_size, name, warn):
-        for record, p in zip(records_, preds.tolist()):
-            record[PRED_NS] = p
-            record[MODEL] = model.name
-        for i, record in enumerate(records_):     # a spread of an earlier model goes
-            if spreads is not None:
-                record[PRED_SPREAD] = float(spreads[i])
-            else:
-                record.pop(PRED_SPREAD, None)
+        spread_list = spreads.tolist() if spreads is not None else [None] * len(records_)
+        for record, p, spread in zip(records_, preds.tolist(), spread_list):
+            _add_prediction(record, p, model.name, spread)
         yield from records_
+
+
+def _add_prediction(record: Record, pred: float, model_name: str, spread: float | None) -> None:
+    """Set a record's predict fields in place: pred_ns, model and, from a
+    model of several members, pred_spread (a spread an earlier model wrote
+    goes when this one has none)."""
+    record[PRED_NS] = pred
+    record[MODEL] = model_name
+    if spread is None:
+        record.pop(PRED_SPREAD, None)
+    else:
+        record[PRED_SPREAD] = spread
 
 
 def predict_packed(items: Iterable[tuple[Record, bytes]], model: Model, batch_size: int = 512,
@@ -860,12 +867,8 @@ def predict_packed(items: Iterable[tuple[Record, bytes]], model: Model, batch_si
                 if head is not None and head[0] <= 3 and len(heads) < 4096:
                     heads[raw[:3]] = head       # raw[:3] holds the whole header
             if head is None or PRED_NS in record or MODEL in record or PRED_SPREAD in record:
-                record[PRED_NS] = float(preds[i])
-                record[MODEL] = model.name
-                if spreads is not None:
-                    record[PRED_SPREAD] = float(spreads[i])
-                else:
-                    record.pop(PRED_SPREAD, None)
+                _add_prediction(record, float(preds[i]), model.name,
+                                None if spreads is None else float(spreads[i]))
                 out.append(packer.pack(record))
                 continue
             out.append(head[1])
