@@ -172,6 +172,8 @@ def main():
     valid = [bench_accuracy.load(args.corpus, load_split(p)["valid"]) for p in folds]
     examples = [[example(r, i) for i, r in enumerate(recs, 1)] for recs in valid]
 
+    spreads = {}            # a candidate's members' spreads, fold by fold (None: one member)
+
     def predictions(name, i, model):
         if name == "lightgbm":
             return lightgbm_predictions(folds[i], valid[i], examples[i], args)
@@ -181,8 +183,6 @@ def main():
         pred, spread = m.predict_examples(examples[i], with_spread=True)
         spreads.setdefault(name, []).append(spread)
         return np.asarray(pred, dtype=np.float64)
-
-    spreads = {}            # a candidate's members' spreads, fold by fold (None: one member)
 
     if args.lightgbm:
         candidates.append(("lightgbm", [None] * len(folds)))
