@@ -208,7 +208,8 @@ def default_choice(records_target: dict | None = None) -> tuple[str, str]:
             return near
         return default_model_path(), "the bundled model; no calibrated model for the records' target"
     calibrated = bool(glob.glob(os.path.join(models_dir(), "*" + SIDECAR)))
-    if not calibrated and not any(t.get("platform") == "cpu" for t, _ in _models(bundled_dir())):
+    bundled_cpus = [(t, model) for t, model in _models(bundled_dir()) if t.get("platform") == "cpu"]
+    if not calibrated and not bundled_cpus:
         # no model of any CPU but default.pt: describing this machine (and
         # importing the measure package for it) would only cost start-up
         return default_model_path(), "the bundled model; no calibrated model for this machine"
@@ -216,7 +217,8 @@ def default_choice(records_target: dict | None = None) -> tuple[str, str]:
     path = find_calibrated(here) if calibrated else None
     if path:
         return path, "calibrated for this machine"
-    path = bundled_for(here)
+    want = target_identity(here)
+    path = want is not None and _newest(model for t, model in bundled_cpus if target_identity(t) == want)
     if path:
         return path, "bundled for this machine"
     return default_model_path(), "the bundled model; no calibrated model for this machine"
