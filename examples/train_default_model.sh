@@ -223,12 +223,15 @@ fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 # LABELS=FILE: train on the committed graphs given another machine's labels
-# (`build_corpus.py relabel` copies them to $TMP/graphs in seconds), and
-# score the model on those labels; the model then describes that machine
+# (`build_corpus.py relabel` copies them in seconds to
+# examples/corpus/relabelled/NAME, NAME the labels file's, kept out of git:
+# the path the model's trained.data names, which the same command makes
+# again), and score the model on those labels; the model then describes
+# that machine
 GRAPHS=examples/corpus/graphs
 if [ -n "$LABELS" ]; then
-    $PY examples/build_corpus.py relabel --labels "$LABELS" --graphs-dir "$TMP/graphs"
-    GRAPHS=$TMP/graphs
+    GRAPHS=examples/corpus/relabelled/$(basename "$LABELS" .zst)
+    $PY examples/build_corpus.py relabel --labels "$LABELS" --graphs-dir "$GRAPHS"
     GENERATED=$(echo "$GENERATED" | sed "s|^examples/corpus/graphs/|$GRAPHS/|")
 fi
 # NAME: the networks' name stem (default "default"), and the name of a
