@@ -46,6 +46,17 @@ its matrix multiply, beside the roofline baseline fitted on each fold's
 training programs, and for a candidate whose models have several members
 (`tpuperf ensemble`) how far off its kernels are by the members' spread.
 Repeat it for several candidates.
+
+--bootstrap N (default 2000; 0 leaves it out) says how much of a
+difference from the first candidate the programs' draw alone could make:
+the 79 programs resampled N times with replacement, the same draw for
+both candidates (so the comparison is paired), and each time the
+difference of their pooled medians of MAPE, tau and whole-program error;
+it prints the 5th to 95th percentile of those differences. --against
+NAME takes another candidate (or a --join) as the one differed from. A difference
+whose interval holds 0 is one that other programs of the same families
+could have reversed. It knows nothing of the seed-to-seed spread, which
+only another seed shows.
 """
 
 import argparse
@@ -53,6 +64,7 @@ import json
 import os
 import re
 import sys
+import warnings
 
 import numpy as np
 
@@ -110,6 +122,27 @@ def program_error_tail(rows: list[dict]) -> dict:
             "above_25": int((errors > 25).sum())}
 
 
+def paired_bootstrap(rows: list[dict], ref_rows: list[dict], draws: int, seed: int = 0) -> dict:
+    """{field: (5th, 95th percentile)} of the difference of pooled medians
+    (rows minus ref_rows) over `draws` resamplings of the programs, the same
+    programs drawn for both (rows and ref_rows hold the same programs in
+    the same order)."""
+    if [r["program"] for r in rows] != [r["program"] for r in ref_rows]:
+        raise ValueError("the candidates were scored on different programs")
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(rows), size=(draws, len(rows)))
+    out = {}
+    for f in FIELDS:
+        a = np.array([r.get(f, np.nan) for r in rows], dtype=np.float64)
+        b = np.array([r.get(f, np.nan) for r in ref_rows], dtype=np.float64)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)     # a draw of only NaN taus
+            diff = np.nanmedian(a[picks], axis=1) - np.nanmedian(b[picks], axis=1)
+        diff = diff[np.isfinite(diff)]
+        out[f] = tuple(float(x) for x in np.percentile(diff, [5, 95])) if diff.size else (np.nan, np.nan)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("candidates", nargs="*", metavar="NAME=MODEL,MODEL...",
@@ -133,6 +166,11 @@ def main():
     ap.add_argument("--breakdown", action="append", default=[], metavar="NAME",
                     help="also where candidate NAME's error lies, over the folds' validation "
                          "kernels pooled (bench_accuracy.py --breakdown; repeatable)")
+    ap.add_argument("--bootstrap", type=int, default=2000, metavar="N",
+                    help="resamplings of the programs for the interval of each candidate's "
+                         "difference from the first (default 2000; 0: none)")
+    ap.add_argument("--against", metavar="NAME",
+                    help="the candidate (or --join) --bootstrap differs from (default: the first)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
     if not args.candidates and not args.lightgbm:
@@ -155,6 +193,8 @@ def main():
     for name in args.breakdown:
         if name not in every:
             sys.exit(f"compare_folds: --breakdown {name!r}: not a candidate ({', '.join(every)})")
+    if args.against is not None and args.against not in every:
+        sys.exit(f"compare_folds: --against {args.against!r}: not a candidate ({', '.join(every)})")
     pattern = re.compile(args.family)
     if args.lightgbm:
         try:
@@ -217,6 +257,10 @@ def main():
         pairs = list(zip(c["folds"], out[ref]["folds"]))
         c["mape_diff_mean"] = float(np.mean([a["mape"] - b["mape"] for a, b in pairs]))
         c["mape_wins"] = sum(a["mape"] < b["mape"] for a, b in pairs)
+    against = args.against or ref
+    for name, c in out.items():
+        if args.bootstrap > 0 and name != against:
+            c["bootstrap_90"] = paired_bootstrap(c["rows"], out[against]["rows"], args.bootstrap)
     if args.json:
         print(json.dumps({"folds": folds, "min_us": args.min_us, "candidates": out}, indent=1))
         return
@@ -237,6 +281,16 @@ def main():
             if f == "mape" and name != ref:
                 vs = f"{c['mape_diff_mean']:+.1f} ({c['mape_wins']}/{len(folds)} won)"
             print(f"  {name:{width - 2}s}{cells} {vs:>{max(14, len(ref) + 6)}s}")
+    if args.bootstrap > 0 and len(out) > 1:
+        print(f"difference from {against}, 5th to 95th percentile over {args.bootstrap} resamplings "
+              f"of the programs (paired)")
+        for name, c in out.items():
+            if name != against:
+                cells = ", ".join(f"{label} {lo:+.3f} to {hi:+.3f}" if f == "tau" else
+                                  f"{label} {lo:+.1f} to {hi:+.1f} points"
+                                  for f, label in zip(FIELDS, ("MAPE", "tau", "prog.err"))
+                                  for lo, hi in [c["bootstrap_90"][f]])
+                print(f"  {name}: {cells}")
     for name, c in out.items():
         mape, prog = c["worst"]
         print(f"worst program: {name}: {prog} {mape:.1f}% ({c['above_50']} of {c['programs']} "

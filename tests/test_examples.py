@@ -1017,6 +1017,16 @@ def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
         [{"total_ape": x} for x in (1.0, 2.0, 3.0, 30.0, 90.0, float("nan"))])
     assert tail["mean"] == 25.2 and tail["above_25"] == 2
     assert tail["p90"] == pytest.approx(66.0)       # numpy's linear interpolation of 30 and 90
+    # the paired bootstrap: b is a, so every draw differs by nothing
+    assert ("  b: MAPE +0.0 to +0.0 points, tau +0.000 to +0.000, prog.err +0.0 to +0.0 points"
+            in p.stdout.splitlines())
+    ref = [{"program": f"p{i}", "mape": 10.0 + i, "tau": 0.8, "total_ape": 5.0 + i} for i in range(40)]
+    better = [dict(r, mape=r["mape"] - 2, total_ape=r["total_ape"] + 1 - 2 * (i % 2)) for i, r in enumerate(ref)]
+    ci = compare_folds.paired_bootstrap(better, ref, 500)
+    assert ci["mape"] == pytest.approx((-2.0, -2.0)) and ci["tau"] == (0.0, 0.0)
+    assert ci["total_ape"][0] < 0 < ci["total_ape"][1]      # as often worse as better: 0 inside
+    with pytest.raises(ValueError, match="different programs"):
+        compare_folds.paired_bootstrap(better[1:], ref[:-1], 10)
     assert "by what a kLoop fusion holds:" in p.stdout
     assert p.stdout.count("by the shape of its dot or convolution:") == 2   # a+b's, then a's
     assert f"where a's error is, over the 2 folds' {n} validation kernels" in p.stdout
@@ -1025,6 +1035,9 @@ def test_compare_folds_scores_each_fold_model_on_its_fold(tmp_path):
     p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", "--breakdown", "c"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "--breakdown 'c': not a candidate (a)" in p.stderr
+    p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", "--against", "a+c"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "--against 'a+c': not a candidate (a)" in p.stderr
     p = subprocess.run([sys.executable, script, *folds, f"a={model},{model}", "--breakdown", "a",
                         "--json"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "leave out --json" in p.stderr
