@@ -895,6 +895,19 @@ def test_train_default_model_trains_teachers_then_distils(tmp_path):
     res = subprocess.run(["sh", str(script)], env={**env, "TEACHER_TREES": "1"}, capture_output=True, text=True)
     assert res.returncode == 2 and "set TEACHER_SEEDS too" in res.stderr and not log.exists()
 
+    # LABELS=FILE: relabelled into a folder named by the labels (the path the model records), kept
+    res = subprocess.run(["sh", str(script)], env={**env, "TEACHER_SEEDS": "",
+                                                   "LABELS": "examples/corpus/labels/amd-epyc-26-2.zst"},
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    calls = log.read_text().splitlines()
+    where = "examples/corpus/relabelled/amd-epyc-26-2"
+    assert any(c.endswith(f"relabel --labels examples/corpus/labels/amd-epyc-26-2.zst --graphs-dir {where}")
+               for c in calls), calls
+    train = next(c for c in calls if c.startswith("-m tpuperf_cli train"))
+    assert f"--data {where}/*.zst" in train and f"--data {where}/generated/" in train, train
+    assert calls[-1].endswith(f"--corpus {where}")
+
 
 def test_conv_lookalikes_counts_multiply_adds_per_feature_group():
     """benchmarks/bench_conv_lookalikes.py: a convolution's form and
