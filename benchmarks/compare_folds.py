@@ -49,14 +49,15 @@ Repeat it for several candidates.
 
 --bootstrap N (default 2000; 0 leaves it out) says how much of a
 difference from the first candidate the programs' draw alone could make:
-the 79 programs resampled N times with replacement, the same draw for
-both candidates (so the comparison is paired), and each time the
-difference of their pooled medians of MAPE, tau and whole-program error;
-it prints the 5th to 95th percentile of those differences. --against
-NAME takes another candidate (or a --join) as the one differed from. A difference
-whose interval holds 0 is one that other programs of the same families
-could have reversed. It knows nothing of the seed-to-seed spread, which
-only another seed shows.
+the folds' validation programs (79 with the committed folds) resampled N
+times with replacement, the same draw for both candidates (so the
+comparison is paired), and each time the difference of their pooled
+medians of MAPE, tau and whole-program error; it prints the 5th to 95th
+percentile of those differences. --against NAME takes another candidate
+(or a --join) as the one differed from. A difference whose interval
+holds 0 is one that other programs of the same families could have
+reversed. It knows nothing of the seed-to-seed spread, which only
+another seed shows.
 """
 
 import argparse
