@@ -102,11 +102,16 @@ def _newest(models) -> str | None:
 def find_calibrated(target: dict | None, directory: str | None = None) -> str | None:
     """The newest calibrated model in the models directory whose target is
     `target` (by records.target_identity), or None."""
+    return _newest_for(target, _models(directory or models_dir()))
+
+
+def _newest_for(target: dict | None, models) -> str | None:
+    """The newest of the (target, model path) pairs whose target is `target`
+    (by records.target_identity), or None."""
     want = target_identity(target)
     if want is None:
         return None
-    return _newest(model for their, model in _models(directory or models_dir())
-                   if target_identity(their) == want)
+    return _newest(model for their, model in models if target_identity(their) == want)
 
 
 def bundled_dir() -> str:
@@ -217,8 +222,7 @@ def default_choice(records_target: dict | None = None) -> tuple[str, str]:
     path = find_calibrated(here) if calibrated else None
     if path:
         return path, "calibrated for this machine"
-    want = target_identity(here)
-    path = want is not None and _newest(model for t, model in bundled_cpus if target_identity(t) == want)
+    path = _newest_for(here, bundled_cpus)
     if path:
         return path, "bundled for this machine"
     return default_model_path(), "the bundled model; no calibrated model for this machine"
