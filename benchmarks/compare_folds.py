@@ -136,7 +136,7 @@ def paired_bootstrap(rows: list[dict], ref_rows: list[dict], draws: int, seed: i
     for f in FIELDS:
         a = np.array([r.get(f, np.nan) for r in rows], dtype=np.float64)
         b = np.array([r.get(f, np.nan) for r in ref_rows], dtype=np.float64)
-        with np.errstate(all="ignore"), warnings.catch_warnings():
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)     # a draw of only NaN taus
             diff = np.nanmedian(a[picks], axis=1) - np.nanmedian(b[picks], axis=1)
         diff = diff[np.isfinite(diff)]
@@ -286,12 +286,14 @@ def main():
         print(f"difference from {against}, 5th to 95th percentile over {args.bootstrap} resamplings "
               f"of the programs (paired)")
         for name, c in out.items():
-            if name != against:
-                cells = ", ".join(f"{label} {lo:+.3f} to {hi:+.3f}" if f == "tau" else
-                                  f"{label} {lo:+.1f} to {hi:+.1f} points"
-                                  for f, label in zip(FIELDS, ("MAPE", "tau", "prog.err"))
-                                  for lo, hi in [c["bootstrap_90"][f]])
-                print(f"  {name}: {cells}")
+            if name == against:
+                continue
+            cells = []
+            for f, label in zip(FIELDS, ("MAPE", "tau", "prog.err")):
+                lo, hi = c["bootstrap_90"][f]
+                cells.append(f"{label} {lo:+.3f} to {hi:+.3f}" if f == "tau" else
+                             f"{label} {lo:+.1f} to {hi:+.1f} points")
+            print(f"  {name}: {', '.join(cells)}")
     for name, c in out.items():
         mape, prog = c["worst"]
         print(f"worst program: {name}: {prog} {mape:.1f}% ({c['above_50']} of {c['programs']} "
