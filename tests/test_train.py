@@ -261,6 +261,28 @@ def test_source_weight_scales_a_sources_part(tmp_path):
     assert draw_rates(c.sizes, True, 0.5, "source", {"heavy": 0.0})["heavy:conv"] == 0
 
 
+@pytest.mark.parametrize("memory_mb", [2048, 0.02])
+def test_time_weight_draws_a_programs_kernels_by_their_time(tmp_path, memory_mb):
+    """--time-weight 1: a kernel drawn in proportion to count x runtime, its
+    program's total draws unchanged; generated kernels as before; 0 alike."""
+    rs = synthetic_records(n_programs=2, kernels=4, seed=3)
+    for i, r in enumerate(rs[:4]):          # synth0: 10, 20, 30 us once each, 40 us run twice
+        r["runtime_ns"], r["count"] = 10_000.0 * (i + 1), 2 if i == 3 else 1
+    for r in rs[4:]:
+        r["program"] = "ops:dot"
+    c = Corpus(write_shards(tmp_path, rs), memory_mb=memory_mb).scan()
+    assert c.times == {"synth0": [10_000.0, 20_000.0, 30_000.0, 80_000.0]}
+    rng = np.random.default_rng(0)
+    for power, parts in ((1.0, [1, 2, 3, 8]), (0.0, [1, 1, 1, 1])):
+        counts = Counter()
+        for _ in range(3000):
+            counts.update((ex.program, ex.runtime) for ex in c.epoch(rng, time_weight=power))
+        drawn = [counts["synth0", 10_000.0 * (i + 1)] for i in range(4)]
+        assert abs(sum(drawn) / 3000 - 4) < 0.1, (power, counts)       # the program's 4 draws
+        assert np.allclose(np.array(drawn) / sum(drawn), np.array(parts) / sum(parts), atol=0.02), drawn
+        assert abs(sum(v for (p, _), v in counts.items() if p == "ops:dot") / 3000 - 4) < 0.1
+
+
 def test_streaming_buffer_stays_bounded(tmp_path):
     paths = write_shards(tmp_path, uneven_records())
     c = Corpus(paths, memory_mb=0.02, shuffle_items=8).scan()
@@ -808,6 +830,14 @@ def test_runtime_losses_for_the_tile_task_are_refused(loss):
 
     with pytest.raises(TpuperfError, match=f"--loss {loss} fits runtimes"):
         TrainOptions(task="tile", loss=loss).check()
+
+
+def test_time_weight_is_for_the_fusion_task():
+    from tpuperf_cli.model.options import TrainOptions
+
+    with pytest.raises(TpuperfError, match="--time-weight draws.*--task fusion"):
+        TrainOptions(task="tile", time_weight=0.5).check()
+    assert TrainOptions(time_weight=0.5).check().time_weight == 0.5
 
 
 @pytest.mark.parametrize("loss", ["hinge", "logistic"])

@@ -282,7 +282,8 @@ def test_ensemble_refuses_what_cannot_join_trees(net_model, trees_model, data, t
 
 def test_gbdt_refuses_what_it_cannot_do(data, tmp_path):
     base = ["--learner", "gbdt", "--data", str(data / "*.zst"), "-o", str(tmp_path / "m.pt")]
-    for extra, said in ((["--task", "tile"], "tile"), (["--loss", "ape"], "mse"), (["--resume"], "--resume")):
+    for extra, said in ((["--task", "tile"], "tile"), (["--loss", "ape"], "mse"), (["--resume"], "--resume"),
+                        (["--time-weight", "0.5"], "--time-weight")):
         code, text = outcome(train_cli(base + extra))
         assert code == 2 and said in text, text
     assert not os.path.exists(tmp_path / "m.pt")

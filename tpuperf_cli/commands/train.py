@@ -118,6 +118,12 @@ def _source_weights(ctx, param, values) -> dict:
               help="With --generated-even source: give SOURCE W parts of --generated-share "
                    "where the other sources get 1 each (0.5: half as much; 0: none), e.g. "
                    "--source-weight indexed=0.25; repeatable.")
+@click.option("--time-weight", type=click.FloatRange(0, 2), default=0.0, show_default=True, metavar="P",
+              help="Share each program's draws among its kernels by (count x runtime)^P, their "
+                   "time in one run of it, instead of alike: 1 in proportion to their part of "
+                   "the program's runtime, 0.5 between, so the kernels that make up a program's "
+                   "runtime are fitted more often (its total draws stay). Generated kernels are "
+                   "drawn as before. Not with --learner gbdt.")
 @click.option("--kernel-features", default="0", metavar="SPEC", callback=_kernel_features,
               help="Which kernel features of the records to read (featurize's kernel_feat "
                    "order): N, the first N (5: without the matmul ones, 9: without their "
@@ -210,7 +216,7 @@ def _source_weights(ctx, param, values) -> dict:
 @quiet_option(help="No progress lines or summary on stderr (warnings still go there).")
 def cli(files, data, output, valid, split, task, loss, huber_within, epochs, batch_size, lr, weight_decay, margin,
         noise_scale, teacher, teacher_weight, teacher_data, patience, monitor, min_us, label_floor_us, even,
-        generated_share, generated_even, source_weight,
+        generated_share, generated_even, source_weight, time_weight,
         kernel_features, configs,
         memory_mb, seed,
         device, threads, max_time, ema, tail_average, learner, trees, leaves, gnn, layers, hidden, opcode_dim,
@@ -332,6 +338,9 @@ def cli(files, data, output, valid, split, task, loss, huber_within, epochs, bat
         if teacher:
             raise TpuperfError("--teacher trains a network on blended labels; --learner gbdt "
                                "fits the measured ones", exit_code=2)
+        if time_weight:
+            raise TpuperfError("--time-weight shares a network's draws by kernel time; --learner gbdt "
+                               "weighs the kernels of a program alike", exit_code=2)
         if tail_average:
             raise TpuperfError("--tail-average averages a network's weights over epochs; "
                                "--learner gbdt fits trees in one go", exit_code=2)
@@ -347,6 +356,7 @@ def cli(files, data, output, valid, split, task, loss, huber_within, epochs, bat
                         label_floor_ns=label_floor_us * 1000.0, even=even,
                         generated_share=-1.0 if generated_share is None else generated_share,
                         generated_even=generated_even, source_weight=source_weight,
+                        time_weight=time_weight,
                         kernel_features=kernel_features[0], kernel_columns=kernel_features[1] or (),
                         configs=configs, memory_mb=memory_mb, seed=seed, device=device,
                         threads=threads, max_time=max_time, ema=ema, tail_average=tail_average or "",

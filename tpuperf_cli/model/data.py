@@ -186,6 +186,7 @@ class Corpus:
         self.shuffle_items = shuffle_items
         self.cache = None          # path -> [Example] when everything fits
         self.sizes = Counter()     # program -> items (examples, or kernels for tile)
+        self.times = {}            # program -> [count x runtime of each example] (fusion, real programs)
         self.examples = 0
         self.skipped = Counter()   # why records were left out
         self.targets = Counter()
@@ -270,6 +271,8 @@ class Corpus:
                     groups.setdefault(ex.program, set()).add(ex.kernel)
                 else:
                     self.sizes[ex.program] += 1
+                    if not is_generated(ex.program):
+                        self.times.setdefault(ex.program, []).append(ex.count * ex.runtime)
                 if not mine:
                     continue
                 self.local += 1
@@ -366,20 +369,38 @@ class Corpus:
         for g in open_groups.values():
             yield g[1]
 
+    def time_factors(self, power: float) -> dict:
+        """{program: n / sum of (count x runtime)^power over its n examples}:
+        an example's draw weight is its factor times its own (count x
+        runtime)^power, so a program's kernels keep their total draws and
+        share them by their part of its time (power 1), evenly (0) or
+        between."""
+        out = {}
+        for program, times in self.times.items():
+            total = float(np.sum(np.asarray(times, np.float64) ** power))
+            if total > 0:
+                out[program] = len(times) / total
+        return out
+
     def epoch(self, rng: np.random.Generator, even: bool = True,
               generated_share: float = -1.0, generated_even: str = "program",
-              source_weights: dict | None = None) -> Iterator[Example | list[Example]]:
+              source_weights: dict | None = None, time_weight: float = 0.0
+              ) -> Iterator[Example | list[Example]]:
         """The items of one training epoch, shuffled. With even=True every
         program contributes the same expected number of items (small
         programs are repeated, large ones subsampled). generated_share in
         [0, 1) sets the share of the epoch drawn from generated kernels
         (pseudo-programs "SOURCE:NAME", evenly across them), the programs
         drawing as many items as they hold; -1 counts a pseudo-program as a
-        program. generated_even, source_weights: see draw_rates."""
+        program. generated_even, source_weights: see draw_rates.
+        time_weight > 0 (fusion): a real program's kernels share its draws
+        by their time in it to that power (time_factors), so the kernels
+        that make up its runtime are fitted more often."""
         sizes = self.sizes
         if not sizes:
             return
         rates = draw_rates(sizes, even, generated_share, generated_even, source_weights)
+        factors = self.time_factors(time_weight) if time_weight > 0 and self.task == "fusion" else {}
         paths = [self.paths[i] for i in rng.permutation(len(self.paths))]
         cap = None if self.cache is not None else max(64, self.shuffle_items)
         buffer = []
@@ -393,6 +414,8 @@ class Corpus:
             else:
                 program = item.program
             rate = rates[program]
+            if program in factors:
+                rate *= factors[program] * (item.count * item.runtime) ** time_weight
             copies = int(rate) + (rng.random() < rate - int(rate))
             for _ in range(copies):
                 buffer.append(item)
@@ -405,12 +428,12 @@ class Corpus:
 
     def batches(self, rng: np.random.Generator, batch_size: int, even: bool = True,
                 generated_share: float = -1.0, generated_even: str = "program",
-                source_weights: dict | None = None
+                source_weights: dict | None = None, time_weight: float = 0.0
                 ) -> Iterator[tuple[list[Example], np.ndarray | None]]:
         """Lists of examples for one epoch (tile: whole kernels per batch, and
         the group id of each example)."""
         batch, groups = [], []
-        for item in self.epoch(rng, even, generated_share, generated_even, source_weights):
+        for item in self.epoch(rng, even, generated_share, generated_even, source_weights, time_weight):
             if self.task == "tile":
                 groups.extend([groups[-1] + 1 if groups else 0] * len(item))
                 batch.extend(item)

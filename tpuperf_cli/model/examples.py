@@ -28,6 +28,7 @@ from tpuperf_cli.model.config import MINOR_FEATURE
 from tpuperf_cli.records import (
     CONFIG_FEAT,
     CONFIG_FEATURES,
+    COUNT,
     EDGE_INDEX,
     FINGERPRINT,
     GRAPH_ARRAYS,
@@ -54,7 +55,7 @@ class Example:
     """One graph record, reduced to the arrays the model reads."""
 
     __slots__ = ("opcode", "node_feat", "edges", "kernel_feat", "config_feat",
-                 "runtime", "program", "kernel", "order", "noise", "fingerprint", "columns")
+                 "runtime", "program", "kernel", "order", "noise", "fingerprint", "columns", "count")
 
     def __init__(self, opcode: np.ndarray, node_feat: np.ndarray, edges: np.ndarray, kernel_feat: np.ndarray,
                  config_feat: np.ndarray, runtime: float = math.nan, program: str = "", kernel: str = ""):
@@ -72,6 +73,7 @@ class Example:
         # the kernel_feat columns picked for a model reading a selection
         # (pick_kernel_features); None: the record's own, as featurize wrote them
         self.columns = None
+        self.count = 1         # times the kernel runs per run of its program (hlo-split's count)
 
     def cut(self, kernel_features: int, columns: tuple[int, ...] | None = None) -> Example | None:
         """A shallow copy reading only the kernel features a model of
@@ -179,6 +181,9 @@ def example(record: Record, number: int | None = None, name: str | None = None) 
     fp = record.get(FINGERPRINT)
     if type(fp) is str:
         ex.fingerprint = fp
+    count = record.get(COUNT)
+    if isinstance(count, int) and not isinstance(count, bool) and count >= 1:
+        ex.count = count
     return ex
 
 

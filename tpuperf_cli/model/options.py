@@ -49,6 +49,7 @@ class TrainOptions:
                                         # "source": across sources, then their pseudo-programs
     source_weight: dict = field(default_factory=dict)   # with "source": {source: part against
                                                         # the others' (default 1)}
+    time_weight: float = 0.0    # a program's kernels drawn by (count x runtime)^this (0: alike)
     kernel_features: int = 0    # read the first N kernel features of the records (0: all)
     kernel_columns: tuple = ()  # or these kernel_feat columns, N of them (examples.kernel_columns)
     configs: int = 16           # tile task: configurations drawn per kernel per epoch
@@ -106,6 +107,11 @@ class TrainOptions:
                                "give that too", exit_code=2)
         if any(w < 0 for w in self.source_weight.values()):
             raise TpuperfError("--source-weight must be at least 0", exit_code=2)
+        if not 0 <= self.time_weight <= 2:
+            raise TpuperfError("--time-weight must be in [0, 2]", exit_code=2)
+        if self.time_weight and self.task != "fusion":
+            raise TpuperfError("--time-weight draws a program's kernels by their time in it, for "
+                               "--task fusion", exit_code=2)
         if not 0 <= self.label_floor_ns < float("inf"):
             raise TpuperfError("--label-floor-us must be a number >= 0", exit_code=2)
         if self.kernel_features < 0:

@@ -512,7 +512,7 @@ class TrainingRun:
         self.net.train()
         total, steps, seen = 0.0, 0, 0
         batches = train_set.batches(self.rng, self.local_batch, opts.even, opts.generated_share,
-                                    opts.generated_even, opts.source_weight)
+                                    opts.generated_even, opts.source_weight, opts.time_weight)
         while True:
             examples, groups = next(batches, (None, None))
             n, loss_sum = self.train_step(examples, groups)
