@@ -68,15 +68,8 @@ MAX_ELEMENTS = 16 * 2**20
 # MAX_SECONDS: measure takes 30 samples of it. The filter gradient of a
 # grouped layer, which XLA writes with the groups lhs-dilated, ran at up to
 # 2.6e6 ps a flop (19 s for 7.6e6 flops), so this drops nearly all of them.
-SLOWEST_PS = {"grouped, lhs-dilated": 1e6, "grouped": 1.5e4, "naive": 1e4, "3-D": 1e3, "eigen": 100}
+SLOWEST_PS = {"grouped, lhs-dilated": 1e6, "grouped": 1.5e4, "naive": 1e4, "eigen": 100}
 MAX_SECONDS = 0.1
-# "3-D": a 3-D convolution of none of the naive loop's slower forms (no
-# groups, lhs dilation or reversed window). The programs' run at 56 ps a
-# flop at 1.5e8 to 8e8 flops (an AMD EPYC family 26 model 2, 2026-12-07),
-# and under "naive"'s rate none above 1e7 flops was kept, 16x below the
-# smallest of them. Of 160 measured on that machine, a few ran at up to
-# 4,454 ps a flop (the slowest at 1e6 flops and below): at 1e3 such a
-# kernel of 1e8 flops takes about 0.4 s, which measure --timeout bounds.
 # spatial side per rank (log-uniform between): long 1-D sequences, small 3-D volumes
 SIDES = {1: (16, 4096), 2: (4, 128), 3: (4, 32)}
 # dimension numbers per rank (channels last, as jax models write them; or first)
@@ -192,10 +185,8 @@ def kernel_form(conv: Instruction) -> str:
     if grouped:
         return "grouped"
     spatial = attrs.conv_dims(conv.attrs["dim_labels"])["input_spatial"]
-    if any(w["rhs_reversal"] for w in window):
+    if any(w["rhs_reversal"] for w in window) or len(spatial) >= 3:
         return "naive"
-    if len(spatial) >= 3:
-        return "naive" if any(w["lhs_dilate"] > 1 for w in window) else "3-D"
     return "eigen"
 
 
