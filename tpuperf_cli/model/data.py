@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import glob
 import os
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -186,7 +187,9 @@ class Corpus:
         self.shuffle_items = shuffle_items
         self.cache = None          # path -> [Example] when everything fits
         self.sizes = Counter()     # program -> items (examples, or kernels for tile)
-        self.times = {}            # program -> [count x runtime of each example] (fusion, real programs)
+        # program -> count x runtime of each example (fusion, real programs;
+        # 8 bytes an example, for --time-weight)
+        self.times = {}
         self.examples = 0
         self.skipped = Counter()   # why records were left out
         self.targets = Counter()
@@ -272,7 +275,7 @@ class Corpus:
                 else:
                     self.sizes[ex.program] += 1
                     if not is_generated(ex.program):
-                        self.times.setdefault(ex.program, []).append(ex.count * ex.runtime)
+                        self.times.setdefault(ex.program, array("d")).append(ex.count * ex.runtime)
                 if not mine:
                     continue
                 self.local += 1
@@ -377,7 +380,7 @@ class Corpus:
         between."""
         out = {}
         for program, times in self.times.items():
-            total = float(np.sum(np.asarray(times, np.float64) ** power))
+            total = float(np.sum(np.frombuffer(times, np.float64) ** power))
             if total > 0:
                 out[program] = len(times) / total
         return out
