@@ -123,7 +123,7 @@ def _source_weights(ctx, param, values) -> dict:
                    "time in one run of it, instead of alike: 1 in proportion to their part of "
                    "the program's runtime, 0.5 between, so the kernels that make up a program's "
                    "runtime are fitted more often (its total draws stay). Generated kernels are "
-                   "drawn as before. Not with --learner gbdt.")
+                   "drawn as before. --task fusion only; not with --learner gbdt.")
 @click.option("--kernel-features", default="0", metavar="SPEC", callback=_kernel_features,
               help="Which kernel features of the records to read (featurize's kernel_feat "
                    "order): N, the first N (5: without the matmul ones, 9: without their "
