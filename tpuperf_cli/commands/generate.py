@@ -101,6 +101,17 @@ candidate each):
            speed for these moves by 7x with the small dim and the order,
            and heavy draws few. Draws from no programs and never ends.
            Records: program skinny:SMALL-ORDER (skinny:rows-nt).
+  stems    the convolutions of a network's first layer in a training
+           step (forward and filter gradient: its input is data), built
+           in JAX and compiled by XLA:CPU: 1 to 4 input channels at the
+           data's size, as image (2-D: 3x3 to 7x7 windows, patch
+           embeddings), video and volume (3-D: 3x3x3, 3x7x7, 5x5x5,
+           tubelets) and audio (1-D) models write them, f32 or bf16,
+           1e6 to 1e9 forward flops; a kernel that may take over 0.5 s a
+           run is dropped (counted as failed). The few-channel
+           contraction runs slower a flop than later layers' and layers
+           draws it small; needs jax. Draws from no programs and never
+           ends. Records: program stems:first-RANKd (stems:first-3d).
 
 A source whose module this build lacks is refused with "source NAME is
 not available in this build".

@@ -40,6 +40,7 @@ SOURCES = {
     "indexed": "indexed",
     "layers": "layers",
     "skinny": "skinny",
+    "stems": "stems",
 }
 
 

@@ -122,7 +122,10 @@ def draw_layer(r: random.Random) -> dict | None:
 def step_text(layer: dict) -> str:
     """The optimized HLO text XLA:CPU makes of the layer's training step:
     (output, input gradient, filter gradient) of (input, filter, output
-    gradient)."""
+    gradient); (output, filter gradient) when the layer says
+    `input_gradient: False` (a network's first layer, whose input is data).
+    `taps` and `stride` are one int for every spatial dim or a list of one
+    per dim."""
     import jax
     import jax.numpy as jnp
 
@@ -139,15 +142,16 @@ def step_text(layer: dict) -> str:
 
     x_shape = shape(dims[0], {"N": layer["batch"], "C": layer["cin"]}, layer["spatial"])
     # a filter's input channels are one group's (a transposed layer has no groups)
-    w_shape = shape(dims[1], {"I": layer["cin"] // layer["groups"], "O": layer["cout"]},
-                    [layer["taps"]] * rank)
+    taps, stride = (v if isinstance(v, list) else [v] * rank
+                    for v in (layer["taps"], layer["stride"]))
+    w_shape = shape(dims[1], {"I": layer["cin"] // layer["groups"], "O": layer["cout"]}, taps)
 
     def conv(x, w):
         if kind == "transposed":
             return jax.lax.conv_transpose(x, w, (2,) * rank, layer["padding"],
                                           dimension_numbers=dims)
         return jax.lax.conv_general_dilated(
-            x, w, (layer["stride"],) * rank, layer["padding"],
+            x, w, tuple(stride), layer["padding"],
             rhs_dilation=(layer["dilation"],) * rank, dimension_numbers=dims,
             feature_group_count=layer["groups"])
 
@@ -160,8 +164,13 @@ def step_text(layer: dict) -> str:
         dx, dw = vjp(g)
         return out, dx, dw
 
+    def first_step(x, w, g):
+        out, vjp = jax.vjp(lambda w: conv(x, w), w)
+        return out, vjp(g)[0]
+
     with jax.default_device(jax.devices("cpu")[0]):
-        lowered = jax.jit(step).lower(x, w, jax.ShapeDtypeStruct(y.shape, dtype))
+        chosen = step if layer.get("input_gradient", True) else first_step
+        lowered = jax.jit(chosen).lower(x, w, jax.ShapeDtypeStruct(y.shape, dtype))
         return lowered.compile(compiler_options=FAST_COMPILE).as_text()
 
 
@@ -197,12 +206,13 @@ def first_convolution(module) -> Instruction | None:
                  if ins.opcode == "convolution"), None)
 
 
-def slow_to_measure(record: Record) -> bool:
-    """Whether a kernel may take over MAX_SECONDS a run: its flops at
-    SLOWEST_PS's rate for the form of its convolution."""
+def slow_to_measure(record: Record, slowest_ps: dict = SLOWEST_PS,
+                    max_seconds: float = MAX_SECONDS) -> bool:
+    """Whether a kernel may take over max_seconds a run: its flops at
+    slowest_ps's rate (ps a flop) for the form of its convolution."""
     module = parse_module(record["hlo"], "<layers kernel>")
     form = kernel_form(first_convolution(module))
-    return kernel_cost(module)["flops"] * SLOWEST_PS[form] * 1e-12 > MAX_SECONDS
+    return kernel_cost(module)["flops"] * slowest_ps[form] * 1e-12 > max_seconds
 
 
 def layer_name(layer: dict) -> str:
@@ -213,17 +223,27 @@ def generate(seed: int, programs: Sequence[str], log: Callable[[str], None]) -> 
     """Kernel records of the convolutions of random layers' training steps,
     forever (see the module docstring). programs: unused (this source draws
     from none)."""
+    return convolution_kernels(SOURCE_NAME, draw_layer, SLOWEST_PS, MAX_SECONDS, seed, log)
+
+
+def convolution_kernels(source_name: str, draw: Callable[[random.Random], dict | None],
+                        slowest_ps: dict, max_seconds: float, seed: int,
+                        log: Callable[[str], None]) -> Iterator[Record]:
+    """The kernels holding a convolution of the training steps (step_text)
+    of layers draw(r) makes, forever, deterministically for a seed; those
+    slow_to_measure at slowest_ps and max_seconds dropped and counted as
+    failures. Shared by the layers and stems sources."""
     from tpuperf_cli.hlo.split import kernel_records
 
     try:
         import jax  # noqa: F401
     except ImportError as e:
-        raise TpuperfError(f"--source {SOURCE_NAME}: needs jax ({e})") from None
-    r = random.Random(f"{SOURCE_NAME}:{seed}")
+        raise TpuperfError(f"--source {source_name}: needs jax ({e})") from None
+    r = random.Random(f"{source_name}:{seed}")
     layers = kernels = 0
     t0 = time.monotonic()
     while True:
-        layer = draw_layer(r)
+        layer = draw(r)
         if layer is None:
             continue
         name = layer_name(layer)
@@ -233,20 +253,20 @@ def generate(seed: int, programs: Sequence[str], log: Callable[[str], None]) -> 
             first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
             yield Failed(f"{name} {layer['spatial']}: {first}")
             continue
-        module = parse_module(text, f"layers:{name}")
-        records = [k for k in kernel_records(module, program=f"{SOURCE_NAME}:{name}")
+        module = parse_module(text, f"{source_name}:{name}")
+        records = [k for k in kernel_records(module, program=f"{source_name}:{name}")
                    if " convolution(" in k["hlo"]]
-        kept = [k for k in records if not slow_to_measure(k)]
+        kept = [k for k in records if not slow_to_measure(k, slowest_ps, max_seconds)]
         if len(kept) < len(records):
             yield Failed(f"{name}: {len(records) - len(kept)} kernel(s) may take over "
-                         f"{MAX_SECONDS} s a run")
+                         f"{max_seconds} s a run")
             records = kept
         layers += 1
         kernels += len(records)
         if layers % 20 == 0:
             elapsed = time.monotonic() - t0
-            log(f"layers: {layers} layers, {kernels} convolution kernels, "
+            log(f"{source_name}: {layers} layers, {kernels} convolution kernels, "
                 f"{layers / elapsed:.1f} layers/s")
         for record in records:
-            record[SOURCE] = SOURCE_NAME
+            record[SOURCE] = source_name
             yield record
