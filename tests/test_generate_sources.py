@@ -1,9 +1,9 @@
-"""tpuperf generate's fusions, sweeps, heavy, indexed, layers and skinny
-sources: kernel records drawn from programs (fusion groups XLA:CPU makes
-one kernel of), from the example programs rebuilt at other sizes, large
-convolutions and dots, gathers and scatters of many small slices, the
-convolutions of convolution layers' training steps, and dots with one
-small dim."""
+"""tpuperf generate's fusions, sweeps, heavy, indexed, layers, skinny and
+stems sources: kernel records drawn from programs (fusion groups XLA:CPU
+makes one kernel of), from the example programs rebuilt at other sizes,
+large convolutions and dots, gathers and scatters of many small slices,
+the convolutions of convolution layers' training steps, dots with one
+small dim, and the convolutions of networks' first layers."""
 
 import itertools
 import math
@@ -23,6 +23,7 @@ from tpuperf_cli.generate import (
     ops,
     skinny,
     source,
+    stems,
     sweeps,
     variants,
 )
@@ -75,6 +76,7 @@ def test_sources_are_registered():
     assert source("indexed") is indexed.generate
     assert source("layers") is layers.generate
     assert source("skinny") is skinny.generate
+    assert source("stems") is stems.generate
 
 
 def test_fusions_records_are_single_kernels_and_deterministic():
@@ -518,6 +520,59 @@ def test_layers_keeps_no_kernel_too_slow_to_measure():
     assert 1.1e7 * rate["eigen"] * 1e-12 < layers.MAX_SECONDS / 10
     records = [r for r in take(layers.generate(1, [], print), 40) if not isinstance(r, str)]
     assert records and not any(layers.slow_to_measure(r) for r in records)
+
+
+# ---------------------------------------------------------------- stems
+
+def test_stems_draws_first_layers_of_few_channels_within_the_caps():
+    """Every rank and stem kind is drawn, 1 to 4 input channels, a patch
+    embedding unpadded, no input gradient asked, and the forward pass's
+    flops and arrays within the caps."""
+    r = random.Random(0)
+    drawn = [x for x in (stems.draw_stem(r) for _ in range(3000)) if x is not None]
+    assert len(drawn) >= 300
+    assert {x["rank"] for x in drawn} == {1, 2, 3}
+    assert {(tuple(x["taps"]), tuple(x["stride"])) for x in drawn} == {
+        (tuple(t), tuple(s)) for kinds in stems.STEMS.values() for t, s in kinds}
+    for x in drawn:
+        assert 1 <= x["cin"] <= 4 and x["groups"] == 1 and not x["input_gradient"]
+        patch = x["taps"] == x["stride"] and x["taps"][-1] > 2
+        assert x["padding"] == ("VALID" if patch else "SAME")
+        assert all(s >= t for s, t in zip(x["spatial"], x["taps"]))
+        assert x["batch"] * x["cin"] * math.prod(x["spatial"]) <= layers.MAX_ELEMENTS
+    flops = sorted(2 * x["batch"] * x["cout"] * x["cin"] * math.prod(x["taps"])
+                   * math.prod(-(-s // d) for s, d in zip(x["spatial"], x["stride"]))
+                   for x in drawn)
+    assert flops[0] >= stems.FLOPS[0] / 2 and flops[-1] <= stems.FLOPS[1] * 2
+    assert flops[len(flops) // 2] > 1e7                  # sizes later layers' caps stop at
+
+
+def test_stems_records_are_a_first_layers_forward_and_filter_gradient():
+    """A stem's step compiles to its forward convolution and its filter
+    gradient, with no input gradient (the input is data): two convolution
+    kernels a layer, the same for the same seed, none slow to measure, and
+    a 3-D one over layers' 1e7-flop reach among a few dozen."""
+    def records(seed, n):
+        return take((r for r in stems.generate(seed, [], print) if not isinstance(r, str)), n)
+
+    first, again = records(0, 30), records(0, 30)
+    assert [r[FINGERPRINT] for r in first] == [r[FINGERPRINT] for r in again]
+    flops = []
+    for r in first:
+        assert r[SOURCE] == "stems" and " convolution(" in r[HLO]
+        assert re.fullmatch(r"stems:first-[123]d", r[PROGRAM])
+        assert not layers.slow_to_measure(r, stems.SLOWEST_PS, stems.MAX_SECONDS)
+        flops.append((kernel_cost(parse_module(r[HLO], "record"))["flops"], r[HLO]))
+    assert any(f > 1e7 and "b012f" in text for f, text in flops)
+    # no lhs-dilated convolution: that is an input gradient of a strided layer
+    assert not any("lhs_dilate" in r[HLO] for r in first)
+    layer = dict(kind="first", rank=2, dtype="f32", taps=[3, 3], spatial=[16, 16], batch=2,
+                 cin=3, cout=8, groups=1, stride=[2, 2], dilation=1, channels_first=False,
+                 padding="SAME")
+    with_input = layers.step_text(layer).count(" convolution(")
+    assert layers.step_text({**layer, "input_gradient": False}).count(" convolution(") \
+        == with_input - 1 == 2
+    assert_one_kernel(first[0])
 
 
 # ---------------------------------------------------------------- skinny
