@@ -1,9 +1,10 @@
-"""tpuperf generate's fusions, sweeps, heavy, indexed, layers, skinny and
-stems sources: kernel records drawn from programs (fusion groups XLA:CPU
-makes one kernel of), from the example programs rebuilt at other sizes,
-large convolutions and dots, gathers and scatters of many small slices,
-the convolutions of convolution layers' training steps, dots with one
-small dim, and the convolutions of networks' first layers."""
+"""tpuperf generate's fusions, sweeps, heavy, indexed, layers, skinny,
+stems and pools sources: kernel records drawn from programs (fusion
+groups XLA:CPU makes one kernel of), from the example programs rebuilt at
+other sizes, large convolutions and dots, gathers and scatters of many
+small slices, the convolutions of convolution layers' training steps,
+dots with one small dim, the convolutions of networks' first layers, and
+the kernels of pooling layers' training steps."""
 
 import itertools
 import math
@@ -21,6 +22,7 @@ from tpuperf_cli.generate import (
     indexed,
     layers,
     ops,
+    pools,
     skinny,
     source,
     stems,
@@ -77,6 +79,7 @@ def test_sources_are_registered():
     assert source("layers") is layers.generate
     assert source("skinny") is skinny.generate
     assert source("stems") is stems.generate
+    assert source("pools") is pools.generate
 
 
 def test_fusions_records_are_single_kernels_and_deterministic():
@@ -573,6 +576,50 @@ def test_stems_records_are_a_first_layers_forward_and_filter_gradient():
     assert layers.step_text({**layer, "input_gradient": False}).count(" convolution(") \
         == with_input - 1 == 2
     assert_one_kernel(first[0])
+
+
+# ---------------------------------------------------------------- pools
+
+def test_pools_draws_every_kind_rank_and_window_within_the_caps():
+    r = random.Random(0)
+    drawn = [x for x in (pools.draw_pool(r) for _ in range(3000)) if x is not None]
+    assert len(drawn) >= 300
+    assert {x["kind"] for x in drawn} == {"max", "avg"}
+    assert {x["rank"] for x in drawn} == {1, 2, 3}
+    assert {(w, s, p) for x in drawn for w, s, p in zip(x["window"], x["strides"],
+                                                         [x["padding"]] * x["rank"])} \
+        >= set(pools.WINDOWS) | {(1, 1, "VALID")}                  # 1x2x2: frames kept
+    for x in drawn:
+        elements = x["batch"] * x["channels"] * math.prod(x["spatial"])
+        assert pools.MIN_ELEMENTS <= elements <= layers.MAX_ELEMENTS
+        assert all(s >= w for s, w in zip(x["spatial"], x["window"]))
+
+
+def test_pools_records_are_the_kernels_of_pooling_layers_training_steps():
+    """Every kernel of the compiled step is kept, the same for the same
+    seed: a max-pool's gradient as XLA:CPU expands it (iotas of the
+    input's shape, the windows' argmax, a scatter of the output gradient)
+    and an average pool's (a reduce-window over the padded, dilated output
+    gradient)."""
+    def records(seed, n):
+        return take((r for r in pools.generate(seed, [], print) if not isinstance(r, str)), n)
+
+    first, again = records(0, 40), records(0, 40)
+    assert [r[FINGERPRINT] for r in first] == [r[FINGERPRINT] for r in again]
+    for r in first:
+        assert r[SOURCE] == "pools"
+        assert re.fullmatch(r"pools:(max|avg)-[123]d", r[PROGRAM])
+    texts = [r[HLO] for r in first]
+    assert any(" reduce-window(" in t for t in texts)
+    assert any(" iota(" in t for t in texts)
+    scatter = next(r for r in first if " scatter(" in r[HLO])
+    assert_one_kernel(scatter)
+    layer = dict(kind="avg", rank=2, dtype="f32", batch=2, channels=8, spatial=[16, 16],
+                 window=[2, 2], strides=[2, 2], padding="VALID", channels_first=False)
+    text = pools.step_text(layer)
+    assert " scatter(" not in text
+    assert re.search(r"reduce-window\(.*lhs_dilate=1x2x2x1", text)
+    assert " scatter(" in pools.step_text({**layer, "kind": "max"})
 
 
 # ---------------------------------------------------------------- skinny

@@ -112,6 +112,14 @@ candidate each):
            contraction runs slower a flop than later layers' and layers
            draws it small; needs jax. Draws from no programs and never
            ends. Records: program stems:first-RANKd (stems:first-3d).
+  pools    every kernel of one pooling layer's training step (forward
+           and input gradient), built in JAX and compiled by XLA:CPU:
+           1-D, 2-D and 3-D, max or average, windows of 2 (stride 2), 3
+           (stride 2 or 1, padded) or 1x2x2, 8 to 512 channels, inputs
+           of 4,096 to 16M elements. A max-pool's gradient is iotas, a
+           windowed argmax and a scatter on XLA:CPU, which ops never
+           draws together; needs jax. Draws from no programs and never
+           ends. Records: program pools:KIND-RANKd (pools:max-3d).
 
 A source whose module this build lacks is refused with "source NAME is
 not available in this build".

@@ -41,6 +41,7 @@ SOURCES = {
     "layers": "layers",
     "skinny": "skinny",
     "stems": "stems",
+    "pools": "pools",
 }
 
 

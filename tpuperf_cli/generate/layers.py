@@ -233,6 +233,21 @@ def convolution_kernels(source_name: str, draw: Callable[[random.Random], dict |
     of layers draw(r) makes, forever, deterministically for a seed; those
     slow_to_measure at slowest_ps and max_seconds dropped and counted as
     failures. Shared by the layers and stems sources."""
+    return step_kernels(source_name, draw, step_text, lambda k: " convolution(" in k["hlo"],
+                        lambda k: slow_to_measure(k, slowest_ps, max_seconds),
+                        f"may take over {max_seconds} s a run", seed, log)
+
+
+def step_kernels(source_name: str, draw: Callable[[random.Random], dict | None],
+                 text_of: Callable[[dict], str], keep: Callable[[Record], bool],
+                 too_slow: Callable[[Record], bool], why_slow: str, seed: int,
+                 log: Callable[[str], None]) -> Iterator[Record]:
+    """The kernels `keep` takes of the compiled training steps (text_of,
+    optimized HLO text) of the layers draw(r) makes, forever,
+    deterministically for a seed; those `too_slow` takes dropped and
+    counted as failures (why_slow says why). Program "SOURCE:NAME", NAME
+    the layer's layer_name. Shared by the layers, stems and pools
+    sources."""
     from tpuperf_cli.hlo.split import kernel_records
 
     try:
@@ -248,24 +263,22 @@ def convolution_kernels(source_name: str, draw: Callable[[random.Random], dict |
             continue
         name = layer_name(layer)
         try:
-            text = step_text(layer)
+            text = text_of(layer)
         except Exception as e:  # a layer jax or XLA cannot take: count it, say why
             first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
             yield Failed(f"{name} {layer['spatial']}: {first}")
             continue
         module = parse_module(text, f"{source_name}:{name}")
-        records = [k for k in kernel_records(module, program=f"{source_name}:{name}")
-                   if " convolution(" in k["hlo"]]
-        kept = [k for k in records if not slow_to_measure(k, slowest_ps, max_seconds)]
+        records = [k for k in kernel_records(module, program=f"{source_name}:{name}") if keep(k)]
+        kept = [k for k in records if not too_slow(k)]
         if len(kept) < len(records):
-            yield Failed(f"{name}: {len(records) - len(kept)} kernel(s) may take over "
-                         f"{max_seconds} s a run")
+            yield Failed(f"{name}: {len(records) - len(kept)} kernel(s) {why_slow}")
             records = kept
         layers += 1
         kernels += len(records)
         if layers % 20 == 0:
             elapsed = time.monotonic() - t0
-            log(f"{source_name}: {layers} layers, {kernels} convolution kernels, "
+            log(f"{source_name}: {layers} layers, {kernels} kernels, "
                 f"{layers / elapsed:.1f} layers/s")
         for record in records:
             record[SOURCE] = source_name
