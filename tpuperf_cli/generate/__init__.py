@@ -25,6 +25,8 @@ instead of the source logging each.
 from __future__ import annotations
 
 import importlib
+import math
+import random
 from collections.abc import Callable, Iterator, Sequence
 
 from tpuperf_cli.errors import TpuperfError
@@ -50,6 +52,12 @@ def source(name: str) -> Callable[[int, Sequence[str], Callable[[str], None]], I
     if name not in SOURCES:
         raise TpuperfError(f"--source {name}: expected one of {', '.join(SOURCES)}")
     return importlib.import_module(f"{__name__}.{SOURCES[name]}").generate
+
+
+def log_uniform(r: random.Random, lo: float, hi: float) -> int:
+    """An integer drawn log-uniformly between lo and hi (lo > 0), as the
+    sources draw sizes."""
+    return round(math.exp(r.uniform(math.log(lo), math.log(hi))))
 
 
 class Failed(str):

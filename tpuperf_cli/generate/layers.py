@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from tpuperf_cli.errors import TpuperfError
-from tpuperf_cli.generate import Failed
+from tpuperf_cli.generate import Failed, log_uniform
 from tpuperf_cli.hlo import attrs
 from tpuperf_cli.hlo.cost import kernel_cost
 from tpuperf_cli.hlo.ir import Instruction
@@ -86,11 +86,11 @@ def draw_layer(r: random.Random) -> dict | None:
     if kind in ("dilated", "transposed", "depthwise") and taps == 1:
         taps = 3
     lo, hi = SIDES[rank]
-    side = round(math.exp(r.uniform(math.log(lo), math.log(hi))))
+    side = log_uniform(r, lo, hi)
     spatial = [side] * rank
     if rank == 3 and r.random() < 0.5:
         spatial[0] = max(2, side // r.choice((2, 4)))      # fewer frames than pixels
-    batch = round(math.exp(r.uniform(0, math.log(32))))
+    batch = log_uniform(r, 1, 32)
     cin, cout = r.choice(CHANNELS[1:]), r.choice(CHANNELS)
     if r.random() < 0.1:
         cin = 3                                              # an image's first layer

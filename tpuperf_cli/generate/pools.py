@@ -33,6 +33,7 @@ import math
 import random
 from collections.abc import Callable, Iterator, Sequence
 
+from tpuperf_cli.generate import log_uniform
 from tpuperf_cli.generate.layers import CHANNELS, FIRST, LAST, MAX_ELEMENTS, step_kernels
 from tpuperf_cli.records import Record
 
@@ -52,7 +53,7 @@ def draw_pool(r: random.Random) -> dict | None:
     kind, rank = r.choice(KINDS), r.choice(RANKS)
     taps, stride, padding = r.choice(WINDOWS)
     lo, hi = SIDES[rank]
-    side = round(math.exp(r.uniform(math.log(lo), math.log(hi))))
+    side = log_uniform(r, lo, hi)
     spatial = [side] * rank
     window, strides = [taps] * rank, [stride] * rank
     if rank == 3 and r.random() < 0.5:
@@ -61,7 +62,7 @@ def draw_pool(r: random.Random) -> dict | None:
             window[0] = strides[0] = 1                     # frames kept: 1x2x2
     if any(s < t for s, t in zip(spatial, window)):
         return None
-    batch = round(math.exp(r.uniform(0, math.log(32))))
+    batch = log_uniform(r, 1, 32)
     channels = r.choice(CHANNELS[1:])
     elements = batch * channels * math.prod(spatial)
     if not MIN_ELEMENTS <= elements <= MAX_ELEMENTS:

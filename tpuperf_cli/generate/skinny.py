@@ -40,7 +40,7 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 
 from tpuperf_cli.errors import TpuperfError
-from tpuperf_cli.generate import Failed
+from tpuperf_cli.generate import Failed, log_uniform
 from tpuperf_cli.generate.ops import BYTES, MAX_BYTES, ModuleText, compiled_kernels
 from tpuperf_cli.records import PROGRAM, Record
 
@@ -58,7 +58,7 @@ def _size(r: random.Random, lo: int, hi: int, round_to: int) -> int:
     or a multiple of round_to. A transposed weight whose rows are a power
     of two of bytes apart runs 3x slower than its neighbours
     (benchmarks/bench_dot_strides.py), and models' widths often are."""
-    n = round(math.exp(r.uniform(math.log(lo), math.log(hi))))
+    n = log_uniform(r, lo, hi)
     if r.random() < 0.5:
         if round_to == 1 or r.random() < 0.5:
             n = min(hi, max(lo, 2 ** round(math.log2(n))))

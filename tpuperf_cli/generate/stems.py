@@ -40,7 +40,7 @@ import math
 import random
 from collections.abc import Callable, Iterator, Sequence
 
-from tpuperf_cli.generate import layers
+from tpuperf_cli.generate import layers, log_uniform
 from tpuperf_cli.generate.layers import MAX_ELEMENTS, convolution_kernels
 from tpuperf_cli.records import Record
 
@@ -69,10 +69,6 @@ SLOWEST_PS = {**layers.SLOWEST_PS, "naive": 600, "eigen": 100}
 # half a second a run (15 s for measure's 30 samples): the 3-D stems of
 # video models reach 1e9 flops at 0.4 s
 MAX_SECONDS = 0.5
-
-
-def log_uniform(r: random.Random, lo: float, hi: float) -> int:
-    return round(math.exp(r.uniform(math.log(lo), math.log(hi))))
 
 
 def draw_stem(r: random.Random) -> dict | None:
